@@ -1,0 +1,156 @@
+"""Demo data for the multi-hospital simulation: a real dataset, split the way hospitals differ.
+
+The default dataset is the Wisconsin Diagnostic Breast Cancer data that ships inside
+scikit-learn (569 records, 30 features), turned into an outlier benchmark the usual way
+(Campos et al.): all benign records are inliers, a seeded subsample of malignant ones are the
+outliers. Nothing is downloaded.
+
+The split mirrors the motivating case of the LSH iTables paper: one large general hospital,
+smaller clinics, and one specialist clinic where the unusual cases concentrate, so that
+*locally* they no longer look unusual. Only the federated model, which sees the whole
+population, shows them for what they are.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+DEFAULT_OUTLIERS = 40
+LABEL_COLUMN = "label"
+ID_COLUMN = "record_id"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Feature names, records and labels (1 = outlier)."""
+
+    name: str
+    features: list[str]
+    X: NDArray[np.float64]
+    y: NDArray[np.int8]
+
+
+@dataclass(frozen=True)
+class Hospital:
+    """One simulated hospital: its name, kind and the row indices it holds."""
+
+    name: str
+    kind: str
+    rows: NDArray[np.int64]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()
+
+
+def load_breast_cancer_outliers(seed: int, n_outliers: int = DEFAULT_OUTLIERS) -> Dataset:
+    """Benign records as inliers plus ``n_outliers`` seeded malignant records as outliers."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    malignant = np.flatnonzero(data.target == 0)
+    benign = np.flatnonzero(data.target == 1)
+    rng = np.random.default_rng(seed)
+    picked = np.sort(rng.choice(malignant, size=min(n_outliers, malignant.size), replace=False))
+    rows = np.concatenate([benign, picked])
+    y = np.concatenate([np.zeros(benign.size), np.ones(picked.size)]).astype(np.int8)
+    features = [_snake(str(n)) for n in data.feature_names]
+    return Dataset("sklearn breast cancer (WDBC)", features, data.data[rows].astype(float), y)
+
+
+def load_csv_dataset(path: Path, label_column: str = LABEL_COLUMN) -> Dataset:
+    """A CSV with a header, numeric feature columns and a 0/1 ``label_column``."""
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or label_column not in header:
+            raise ValueError(f"{path}: needs a header with a {label_column!r} column")
+        rows = list(reader)
+    if not rows:
+        raise ValueError(f"{path}: no records")
+    label_at = header.index(label_column)
+    features = [h for i, h in enumerate(header) if i != label_at]
+    try:
+        table = np.array([[float(v) for v in row] for row in rows])
+    except ValueError as exc:
+        raise ValueError(f"{path}: every value must be numeric ({exc})") from exc
+    y = table[:, label_at]
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError(f"{path}: column {label_column!r} must be 0 or 1")
+    X = np.delete(table, label_at, axis=1)
+    if not np.isfinite(X).all():
+        raise ValueError(f"{path}: features must be finite numbers")
+    return Dataset(path.name, features, X, y.astype(np.int8))
+
+
+def _nice_floor(v: float) -> float:
+    if v == 0:
+        return 0.0
+    step = 10 ** math.floor(math.log10(abs(v)))
+    return math.floor(v / step) * step
+
+
+def _nice_ceil(v: float) -> float:
+    if v == 0:
+        return 0.0
+    step = 10 ** math.floor(math.log10(abs(v)))
+    return math.ceil(v / step) * step
+
+
+def study_bounds(X: NDArray[np.float64]) -> list[tuple[float, float]]:
+    """The study's public feature bounds, as a study designer would publish them.
+
+    In a real study these come from clinical reference ranges, never from the participants'
+    data. The simulation stands in for that published schema by rounding the pooled range
+    outward to one significant digit; no participant computes or sends it.
+    """
+    out = []
+    for lo, hi in zip(X.min(axis=0), X.max(axis=0), strict=True):
+        a, b = _nice_floor(float(lo)), _nice_ceil(float(hi))
+        out.append((a, b if b > a else a + 1.0))
+    return out
+
+
+def split_hospitals(y: NDArray[np.int8], n_hospitals: int, seed: int) -> list[Hospital]:
+    """Split records unevenly: a large general hospital, clinics and one specialist clinic.
+
+    The specialist clinic (the last hospital) receives 70 % of the outliers but only a small
+    share of the inliers, so outliers are common there; the general hospital receives about
+    half of the inliers. Needs at least 2 hospitals.
+    """
+    if n_hospitals < 2:
+        raise ValueError("the simulation needs at least 2 hospitals")
+    rng = np.random.default_rng(seed)
+    inliers = rng.permutation(np.flatnonzero(y == 0))
+    outliers = rng.permutation(np.flatnonzero(y == 1))
+    clinics = n_hospitals - 2
+    inlier_share = np.array([0.55] + [0.37 / max(clinics, 1)] * clinics + [0.08])
+    if clinics == 0:
+        inlier_share = np.array([0.9, 0.1])
+    outlier_share = np.array([0.2] + [0.1 / max(clinics, 1)] * clinics + [0.7])
+    if clinics == 0:
+        outlier_share = np.array([0.3, 0.7])
+    parts_in = np.split(inliers, (np.cumsum(inlier_share)[:-1] * inliers.size).astype(int))
+    parts_out = np.split(outliers, (np.cumsum(outlier_share)[:-1] * outliers.size).astype(int))
+    names = ["general"] + [f"clinic-{i + 1}" for i in range(clinics)] + ["specialist"]
+    kinds = ["general hospital"] + ["clinic"] * clinics + ["specialist clinic"]
+    return [
+        Hospital(name, kind, np.sort(np.concatenate([a, b])).astype(np.int64))
+        for name, kind, a, b in zip(names, kinds, parts_in, parts_out, strict=True)
+    ]
+
+
+def write_hospital_csv(path: Path, data: Dataset, rows: NDArray[np.int64]) -> None:
+    """Write one hospital's records with a record id and the label (kept for evaluation)."""
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([ID_COLUMN, *data.features, LABEL_COLUMN])
+        for r in rows:
+            writer.writerow([f"r{r:06d}", *(repr(float(v)) for v in data.X[r]), int(data.y[r])])
