@@ -1,0 +1,241 @@
+"""Random-feature LSH families (RF-LSH) for LSH iTables, derived from a public seed.
+
+A family is ``m`` hash tables; table ``j`` concatenates ``l_j`` one-bit functions
+``h(x) = 1 if x[i] >= c else 0`` with a random feature ``i`` and a random cut
+``c ~ U[lo_i, hi_i]`` on the study's public bounds (Li & Pham, "An Efficient Hashing-based
+Ensemble Method for Collaborative Outlier Detection", section 3). Bit ``k`` of table ``j``
+is bit ``k`` (little-endian) of the bucket index ``g_j(x)`` in ``[0, 2**l_j)``.
+
+Every participant must derive the *same* functions from the same inputs, whatever its numpy
+version, so nothing here uses numpy's ``Generator`` distributions. All randomness comes from
+a SHA-256 counter-mode stream keyed by ``(seed, d, n_tables, sample_size)``: block ``t`` is
+``sha256(key || t as 8-byte little-endian)``, read as little-endian 64-bit words, and a
+uniform float in ``[0, 1)`` is ``(word >> 11) * 2**-53``. Draws are consumed in a fixed order
+(per table: ``f``, ``l``, then per bit: feature, cut), so the result does not depend on
+anything but the inputs. The functions are public; privacy comes from the noise added to
+the counts (``common.release``), not from the hashing.
+
+Table sizes follow the paper: ``f ~ U(1/sqrt(s), 1 - 1/sqrt(s))``,
+``L = log_{max(2, 1/f)}(s)``, ``l ~ U(1 + L/2, L)`` with ``s = sample_size``; the number of
+bits is ``l`` rounded half up, at least 1 (so ``s = 1000`` gives 2 to 10 bits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+FORMAT_VERSION = 1
+_STREAM_TAG = b"fedod-lsh-stream/1\x00"
+_DIGEST_TAG = b"fedod-lsh-family/1\x00"
+_CHUNK_ROWS = 16384
+_MAX_BITS = 40
+
+
+class _Sha256Stream:
+    """Uniform floats from SHA-256 in counter mode (53-bit resolution)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._counter = 0
+        self._words: list[int] = []
+
+    def uniform(self) -> float:
+        if not self._words:
+            block = hashlib.sha256(self._key + self._counter.to_bytes(8, "little")).digest()
+            self._counter += 1
+            self._words = list(struct.unpack("<4Q", block))[::-1]
+        return (self._words.pop() >> 11) * 2.0**-53
+
+    def between(self, a: float, b: float) -> float:
+        return a + (b - a) * self.uniform()
+
+    def below(self, n: int) -> int:
+        """Integer in ``[0, n)`` as ``floor(u * n)``; bias at most ``n / 2**53``."""
+        return min(int(self.uniform() * n), n - 1)
+
+
+def _table_bits(stream: _Sha256Stream, sample_size: int) -> int:
+    s = float(sample_size)
+    a, b = 1.0 / math.sqrt(s), 1.0 - 1.0 / math.sqrt(s)
+    f = stream.between(min(a, b), max(a, b))
+    big_l = math.log(s) / math.log(max(2.0, 1.0 / f))
+    a, b = 1.0 + 0.5 * big_l, big_l
+    length = stream.between(min(a, b), max(a, b))
+    return max(1, min(_MAX_BITS, math.floor(length + 0.5)))
+
+
+def _as_bounds(lo: ArrayLike, hi: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    lo_a = np.array(lo, dtype=np.float64).ravel()
+    hi_a = np.array(hi, dtype=np.float64).ravel()
+    if lo_a.shape != hi_a.shape or lo_a.size == 0:
+        raise ValueError(f"lo and hi must be non-empty and of equal length, got {lo_a.shape}"
+                         f" and {hi_a.shape}")
+    if not (np.all(np.isfinite(lo_a)) and np.all(np.isfinite(hi_a))):
+        raise ValueError("bounds must be finite")
+    if np.any(lo_a > hi_a):
+        raise ValueError("every lower bound must be <= its upper bound")
+    lo_a.setflags(write=False)
+    hi_a.setflags(write=False)
+    return lo_a, hi_a
+
+
+@dataclass(frozen=True, eq=False)
+class LSHFamily:
+    """``m`` RF-LSH tables; unused bit slots are padded with feature 0 and cut ``+inf``.
+
+    Attributes
+    ----------
+    lo, hi : (d,) float64
+        Public bounds the cuts were drawn on.
+    features : (m, L) int32
+        Feature of each bit; ``L = max(n_bits)``.
+    cuts : (m, L) float64
+        Cut of each bit.
+    n_bits : (m,) int32
+        Bits ``l_j`` of each table.
+    offsets : (m + 1,) int64
+        Table ``j`` occupies ``offsets[j]:offsets[j + 1]`` of the flat count vector.
+    """
+
+    lo: NDArray[np.float64]
+    hi: NDArray[np.float64]
+    features: NDArray[np.int32]
+    cuts: NDArray[np.float64]
+    n_bits: NDArray[np.int32]
+    offsets: NDArray[np.int64]
+
+    @property
+    def n_tables(self) -> int:
+        return int(self.n_bits.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.lo.shape[0])
+
+    @property
+    def n_cells(self) -> int:
+        return int(self.offsets[-1])
+
+    def digest(self) -> str:
+        """Hex SHA-256 of the canonical encoding (format version, shapes, all arrays, LE)."""
+        m, width = self.features.shape
+        h = hashlib.sha256(_DIGEST_TAG)
+        h.update(struct.pack("<IIII", FORMAT_VERSION, m, width, self.n_features))
+        for arr, dtype in (
+            (self.lo, "<f8"),
+            (self.hi, "<f8"),
+            (self.n_bits, "<i4"),
+            (self.features, "<i4"),
+            (self.cuts, "<f8"),
+        ):
+            h.update(np.ascontiguousarray(arr, dtype=dtype).tobytes())
+        return h.hexdigest()
+
+    def _check(self, X: ArrayLike) -> NDArray[np.float64]:
+        arr = np.asarray(X, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != self.n_features:
+            raise ValueError(
+                f"X must have shape (n, {self.n_features}), got {arr.shape}"
+            )
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("X contains NaN or infinite values")
+        return arr
+
+    def hash(self, X: ArrayLike) -> NDArray[np.int64]:
+        """Bucket index ``g_j(x)`` of every row in every table, shape ``(n, m)``.
+
+        Vectorised over rows and tables, one pass per bit position; unused bit slots have
+        cut ``+inf`` and so contribute 0 for finite inputs.
+        """
+        xt = np.ascontiguousarray(self._check(X).T)
+        m, width = self.features.shape
+        n = xt.shape[1]
+        acc_type: type[np.unsignedinteger[Any]] = np.uint16 if width <= 16 else np.uint64
+        weights = [acc_type(1 << k) for k in range(width)]
+        cuts = self.cuts[:, :, None]
+        out = np.empty((m, n), dtype=np.int64)
+        for start in range(0, n, _CHUNK_ROWS):
+            block = xt[:, start:start + _CHUNK_ROWS]
+            acc = np.zeros((m, block.shape[1]), dtype=acc_type)
+            bit = np.empty((m, block.shape[1]), dtype=np.bool_)
+            for k in range(width):
+                np.greater_equal(block[self.features[:, k]], cuts[:, k], out=bit)
+                acc += bit * weights[k]
+            out[:, start:start + _CHUNK_ROWS] = acc
+        return out.T
+
+    def flat_index(self, X: ArrayLike) -> NDArray[np.int64]:
+        """Index of each row's bucket in the flat count vector, shape ``(n, m)``."""
+        return self.hash(X) + self.offsets[:-1]
+
+    def histogram(self, X: ArrayLike) -> NDArray[np.int64]:
+        """Counts of all rows in all tables, the flat ``(n_cells,)`` int64 vector."""
+        idx = self.flat_index(X)
+        return np.bincount(idx.ravel(), minlength=self.n_cells).astype(np.int64)
+
+
+def derive_lsh_family(
+    seed: bytes, lo: ArrayLike, hi: ArrayLike, n_tables: int, sample_size: int
+) -> LSHFamily:
+    """Derive ``n_tables`` RF-LSH tables on the public bounds ``[lo, hi]`` from ``seed``.
+
+    Parameters
+    ----------
+    seed : bytes
+        Public study seed (e.g. 32 random bytes from the config).
+    lo, hi : array-like, shape (d,)
+        Public per-feature bounds; cuts are uniform on ``[lo_i, hi_i]``.
+    n_tables : int
+        Number of tables ``m``.
+    sample_size : int
+        Expected table size ``s`` of the paper; sets the table sizes ``l_j``.
+    """
+    if not isinstance(seed, bytes | bytearray) or len(seed) == 0:
+        raise ValueError("seed must be non-empty bytes")
+    if n_tables < 1:
+        raise ValueError(f"n_tables must be >= 1, got {n_tables}")
+    if sample_size < 2:
+        raise ValueError(f"sample_size must be >= 2, got {sample_size}")
+    lo_a, hi_a = _as_bounds(lo, hi)
+    d = lo_a.shape[0]
+    key = (
+        _STREAM_TAG
+        + struct.pack("<I", len(seed))
+        + bytes(seed)
+        + struct.pack("<IIQ", d, n_tables, sample_size)
+    )
+    stream = _Sha256Stream(key)
+    bits: list[int] = []
+    feats: list[list[int]] = []
+    cuts: list[list[float]] = []
+    for _ in range(n_tables):
+        n_b = _table_bits(stream, sample_size)
+        row_f: list[int] = []
+        row_c: list[float] = []
+        for _ in range(n_b):
+            i = stream.below(d)
+            row_f.append(i)
+            row_c.append(stream.between(float(lo_a[i]), float(hi_a[i])))
+        bits.append(n_b)
+        feats.append(row_f)
+        cuts.append(row_c)
+    width = max(bits)
+    features = np.zeros((n_tables, width), dtype=np.int32)
+    cut_arr = np.full((n_tables, width), np.inf, dtype=np.float64)
+    for j, (row_f, row_c) in enumerate(zip(feats, cuts, strict=True)):
+        features[j, : len(row_f)] = row_f
+        cut_arr[j, : len(row_c)] = row_c
+    n_bits = np.array(bits, dtype=np.int32)
+    offsets = np.zeros(n_tables + 1, dtype=np.int64)
+    np.cumsum(np.left_shift(np.int64(1), n_bits.astype(np.int64)), out=offsets[1:])
+    for arr in (features, cut_arr, n_bits, offsets):
+        arr.setflags(write=False)
+    return LSHFamily(lo=lo_a, hi=hi_a, features=features, cuts=cut_arr, n_bits=n_bits,
+                     offsets=offsets)
