@@ -1,0 +1,230 @@
+"""Wire encoding of integer count vectors: base64 of zlib-compressed little-endian arrays.
+
+Dense vectors send every cell; sparse ones (a thresholded grid) send sorted ``<i8`` indices
+followed by the values. The SHA-256 digest covers the *decompressed* bytes. Decoding is
+defensive: it bounds the base64 text and the decompressed size before doing any work (no
+zip bombs), and every failure is a :class:`~common.errors.PayloadInvalid` that says what is
+wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import zlib
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.errors import PayloadInvalid, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from common.release import Release
+
+__all__ = [
+    "FORMAT",
+    "DEFAULT_MAX_BYTES",
+    "EncodedCounts",
+    "encode_counts",
+    "decode_counts",
+    "encode_release",
+    "to_dense",
+]
+
+FORMAT: Literal["fedod-counts/1"] = "fedod-counts/1"
+DEFAULT_MAX_BYTES = 64 * 2**20
+"""Default bound on the decompressed size of one vector (64 MiB)."""
+MAX_CELLS = 2**62
+_INDEX_DTYPE = np.dtype("<i8")
+_DTYPES: dict[str, np.dtype[np.signedinteger]] = {"<i4": np.dtype("<i4"), "<i8": np.dtype("<i8")}
+_I32 = np.iinfo(np.int32)
+
+
+class EncodedCounts(BaseModel):
+    """A count vector on the wire (a participant's release or the merged model)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    format: Literal["fedod-counts/1"] = Field(
+        default=FORMAT, description="Encoding format and version."
+    )
+    layout: Literal["dense", "sparse"] = Field(
+        description="`dense`: every cell in order; `sparse`: sorted cell indices then values."
+    )
+    n_cells: int = Field(ge=1, le=MAX_CELLS, description="Length of the full (dense) vector.")
+    dtype: Literal["<i4", "<i8"] = Field(
+        description="Little-endian integer type of the values (indices are always `<i8`)."
+    )
+    nnz: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CELLS,
+        description="Number of (index, value) pairs; required for `sparse`, absent for `dense`.",
+    )
+    data: str = Field(
+        description="Standard base64 of zlib-compressed bytes: values (dense) or "
+        "`<i8` indices followed by values (sparse)."
+    )
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="Hex SHA-256 of the decompressed bytes."
+    )
+
+
+def _payload_len(layout: str, dtype: np.dtype[np.signedinteger], n_cells: int, nnz: int) -> int:
+    return n_cells * dtype.itemsize if layout == "dense" else nnz * (8 + dtype.itemsize)
+
+
+def encode_counts(
+    values: ArrayLike, *, indices: ArrayLike | None = None, n_cells: int
+) -> EncodedCounts:
+    """Encode integer counts; dense when ``indices`` is None, else sparse.
+
+    Uses ``<i4`` when every value fits, else ``<i8``.
+
+    Raises
+    ------
+    ValueError
+        If the values are not integers, a dense vector is not ``n_cells`` long, or sparse
+        indices are not strictly increasing within ``[0, n_cells)``.
+    """
+    vals = np.asarray(values)
+    if vals.ndim != 1 or vals.dtype.kind not in "iu":
+        raise ValueError(f"values must be a 1-d integer array, got {vals.dtype} {vals.shape}")
+    vals = vals.astype(np.int64)
+    fits32 = vals.size == 0 or (int(vals.min()) >= _I32.min and int(vals.max()) <= _I32.max)
+    dtype_name: Literal["<i4", "<i8"] = "<i4" if fits32 else "<i8"
+    body = vals.astype(_DTYPES[dtype_name]).tobytes()
+    if indices is None:
+        if vals.size != n_cells:
+            raise ValueError(f"dense vector has {vals.size} cells, expected {n_cells}")
+        layout: Literal["dense", "sparse"] = "dense"
+        nnz = None
+    else:
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu" or idx.shape != vals.shape:
+            raise ValueError("indices must be an integer array of the same length as values")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx[0] < 0 or idx[-1] >= n_cells or np.any(np.diff(idx) <= 0)):
+            raise ValueError(f"indices must be strictly increasing within [0, {n_cells})")
+        body = idx.astype(_INDEX_DTYPE).tobytes() + body
+        layout, nnz = "sparse", int(idx.size)
+    return EncodedCounts(
+        layout=layout,
+        n_cells=n_cells,
+        dtype=dtype_name,
+        nnz=nnz,
+        data=base64.b64encode(zlib.compress(body, 9)).decode("ascii"),
+        sha256=hashlib.sha256(body).hexdigest(),
+    )
+
+
+def decode_counts(
+    enc: EncodedCounts,
+    *,
+    expected_cells: int,
+    max_abs: int = 2**40,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> tuple[NDArray[np.int64] | None, NDArray[np.int64]]:
+    """Decode and fully validate counts; return ``(indices or None, values)`` as int64.
+
+    Parameters
+    ----------
+    enc : EncodedCounts
+    expected_cells : int
+        The vector length the study config implies; ``enc.n_cells`` must equal it.
+    max_abs : int
+        Every value must lie in ``[-max_abs, max_abs]``.
+    max_bytes : int
+        Bound on the decompressed size; the base64 text is bounded accordingly.
+
+    Raises
+    ------
+    PayloadTooLarge
+        If the declared or encoded size is over ``max_bytes``.
+    PayloadInvalid
+        On any other problem: header, base64, zlib stream, length, digest, range, indices.
+    """
+    if enc.format != FORMAT:
+        raise PayloadInvalid(f"unknown counts format {enc.format!r}, expected {FORMAT!r}")
+    dtype = _DTYPES.get(enc.dtype)
+    if dtype is None:
+        raise PayloadInvalid(f"dtype {enc.dtype!r} not allowed; use one of {sorted(_DTYPES)}")
+    if enc.n_cells != expected_cells:
+        raise PayloadInvalid(
+            f"counts have {enc.n_cells} cells but the study config implies {expected_cells}; "
+            "re-fetch the config and release again"
+        )
+    if enc.layout == "dense":
+        if enc.nnz is not None:
+            raise PayloadInvalid("nnz must be absent for a dense layout")
+        nnz = 0
+    elif enc.layout == "sparse":
+        if enc.nnz is None or not 0 <= enc.nnz <= enc.n_cells:
+            raise PayloadInvalid(f"sparse layout needs nnz in [0, {enc.n_cells}], got {enc.nnz}")
+        nnz = enc.nnz
+    else:
+        raise PayloadInvalid(f"unknown layout {enc.layout!r}")
+    size = _payload_len(enc.layout, dtype, enc.n_cells, nnz)
+    if size > max_bytes:
+        raise PayloadTooLarge(f"counts decompress to {size} bytes, over the {max_bytes} limit")
+    # zlib's worst-case expansion is 5 bytes per 16 KiB block plus a few header bytes.
+    max_text = 4 * ((size + 5 * (size // 16384 + 1) + 64) // 3 + 1)
+    if len(enc.data) > max_text:
+        raise PayloadTooLarge(
+            f"encoded counts are {len(enc.data)} characters, more than {max_text} for {size} bytes"
+        )
+    try:
+        raw = base64.b64decode(enc.data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise PayloadInvalid(f"counts data is not valid base64: {exc}") from exc
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(raw, size + 1)
+        if len(body) <= size and not inflater.unconsumed_tail:
+            body += inflater.flush(size + 1 - len(body))
+    except zlib.error as exc:
+        raise PayloadInvalid(f"counts data is not a valid zlib stream: {exc}") from exc
+    if len(body) > size or inflater.unconsumed_tail:
+        raise PayloadInvalid(f"counts decompress to more than the {size} bytes the header implies")
+    if not inflater.eof:
+        raise PayloadInvalid("counts data is truncated (zlib stream incomplete)")
+    if inflater.unused_data:
+        raise PayloadInvalid("counts data has trailing bytes after the zlib stream")
+    if len(body) != size:
+        raise PayloadInvalid(f"counts decompress to {len(body)} bytes, header implies {size}")
+    if not hmac.compare_digest(hashlib.sha256(body).hexdigest(), enc.sha256):
+        raise PayloadInvalid("sha256 of the decompressed counts does not match the digest")
+    indices: NDArray[np.int64] | None = None
+    offset = 0
+    if enc.layout == "sparse":
+        offset = nnz * 8
+        indices = np.frombuffer(body, dtype=_INDEX_DTYPE, count=nnz).astype(np.int64)
+        if nnz and (indices[0] < 0 or indices[-1] >= enc.n_cells or np.any(np.diff(indices) <= 0)):
+            raise PayloadInvalid(
+                f"sparse indices must be strictly increasing within [0, {enc.n_cells})"
+            )
+    values = np.frombuffer(body, dtype=dtype, offset=offset).astype(np.int64)
+    if values.size and (int(values.min()) < -max_abs or int(values.max()) > max_abs):
+        raise PayloadInvalid(f"counts outside the allowed range [-{max_abs}, {max_abs}]")
+    return indices, values
+
+
+def encode_release(release: Release) -> EncodedCounts:
+    """Encode a :class:`~common.release.Release` in its own layout."""
+    return encode_counts(release.values, indices=release.indices, n_cells=release.n_cells)
+
+
+def to_dense(indices: ArrayLike | None, values: ArrayLike, n_cells: int) -> NDArray[np.int64]:
+    """Scatter sparse ``(indices, values)`` into a dense int64 vector (copy if dense)."""
+    vals = np.asarray(values, dtype=np.int64)
+    if indices is None:
+        if vals.size != n_cells:
+            raise ValueError(f"dense vector has {vals.size} cells, expected {n_cells}")
+        return vals.copy()
+    out = np.zeros(n_cells, dtype=np.int64)
+    out[np.asarray(indices, dtype=np.int64)] = vals
+    return out
