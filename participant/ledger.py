@@ -1,0 +1,192 @@
+"""The participant's own privacy ledger: a sqlite3 file in the state directory.
+
+Every release is recorded *before* any noise is drawn, and the local cap is checked in the
+same transaction, so no coordinator config can make the participant overspend. A release
+moves through these states::
+
+    intended ──► stored ──► acknowledged      (coordinator answered 200/201)
+        │           └─────► rejected          (coordinator refused it with a final 4xx)
+        └─► abandoned                         (agent died before the body was stored)
+
+``intended``, ``stored``, ``acknowledged`` and ``rejected`` all count as spent: once the body
+is stored it may have left the machine. ``abandoned`` does not: its noisy counts were never
+written to disk, so they can never have been sent (the body is stored before sending).
+Only the agent holding the state-directory lock may abandon an ``intended`` release.
+
+The ledger also keeps the newest signed-config version seen for each study, so an older
+(replayed) config is refused even after a restart.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from common.budget import PrivacyBudget
+from common.errors import BudgetExceeded
+
+COUNTED = ("intended", "stored", "acknowledged", "rejected")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS releases (
+    idempotency_key TEXT PRIMARY KEY,
+    study TEXT NOT NULL,
+    config_version INTEGER NOT NULL,
+    config_digest TEXT NOT NULL,
+    eps_nano INTEGER NOT NULL,
+    delta_atto INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    contribution_id TEXT,
+    detail TEXT
+);
+CREATE TABLE IF NOT EXISTS config_seen (
+    study TEXT PRIMARY KEY,
+    newest_version INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded release."""
+
+    idempotency_key: str
+    study: str
+    config_version: int
+    config_digest: str
+    cost: PrivacyBudget
+    status: str
+    created_at: str
+    updated_at: str
+    contribution_id: str | None
+    detail: str | None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Ledger:
+    """Local ledger; every method is one short transaction."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        new = not self.path.exists()
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        if new:
+            self.path.chmod(0o600)
+        self._db.execute("PRAGMA journal_mode=DELETE")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def spent(self) -> PrivacyBudget:
+        """Sum of every release that counts (see module docstring)."""
+        marks = ",".join("?" * len(COUNTED))
+        eps, delta = self._db.execute(
+            f"SELECT COALESCE(SUM(eps_nano),0), COALESCE(SUM(delta_atto),0) FROM releases "
+            f"WHERE status IN ({marks})",
+            COUNTED,
+        ).fetchone()
+        return PrivacyBudget.from_units(int(eps), int(delta))
+
+    def check(self, cost: PrivacyBudget, cap: PrivacyBudget) -> None:
+        """Raise BudgetExceeded if ``cost`` would take spending past ``cap``."""
+        spent = self.spent()
+        if not (spent + cost).fits_within(cap):
+            raise BudgetExceeded(spent=spent, asked=cost, cap=cap, source="local ledger")
+
+    def reserve(
+        self,
+        *,
+        idempotency_key: str,
+        study: str,
+        config_version: int,
+        config_digest: str,
+        cost: PrivacyBudget,
+        cap: PrivacyBudget,
+    ) -> None:
+        """Check the cap and record an ``intended`` release, atomically."""
+        eps, delta = cost.to_units()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self.check(cost, cap)
+            now = _now()
+            self._db.execute(
+                "INSERT INTO releases VALUES (?,?,?,?,?,?,'intended',?,?,NULL,NULL)",
+                (idempotency_key, study, config_version, config_digest, eps, delta, now, now),
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def mark(
+        self,
+        idempotency_key: str,
+        status: str,
+        *,
+        contribution_id: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Move a release to ``status`` (stored/acknowledged/rejected/abandoned)."""
+        if status not in (*COUNTED, "abandoned"):
+            raise ValueError(f"unknown status {status!r}")
+        self._db.execute(
+            "UPDATE releases SET status=?, updated_at=?, "
+            "contribution_id=COALESCE(?, contribution_id), detail=COALESCE(?, detail) "
+            "WHERE idempotency_key=?",
+            (status, _now(), contribution_id, detail, idempotency_key),
+        )
+
+    def entries(self, *, study: str | None = None, status: str | None = None) -> list[LedgerEntry]:
+        sql = "SELECT * FROM releases WHERE 1=1"
+        args: list[str] = []
+        if study is not None:
+            sql += " AND study=?"
+            args.append(study)
+        if status is not None:
+            sql += " AND status=?"
+            args.append(status)
+        rows = self._db.execute(sql + " ORDER BY created_at, rowid", args).fetchall()
+        return [
+            LedgerEntry(
+                idempotency_key=r[0],
+                study=r[1],
+                config_version=r[2],
+                config_digest=r[3],
+                cost=PrivacyBudget.from_units(r[4], r[5]),
+                status=r[6],
+                created_at=r[7],
+                updated_at=r[8],
+                contribution_id=r[9],
+                detail=r[10],
+            )
+            for r in rows
+        ]
+
+    def newest_seen(self, study: str) -> int | None:
+        row = self._db.execute(
+            "SELECT newest_version FROM config_seen WHERE study=?", (study,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def see_config(self, study: str, version: int) -> None:
+        """Remember ``version`` as seen (never lowers the stored value)."""
+        self._db.execute(
+            "INSERT INTO config_seen VALUES (?, ?) ON CONFLICT(study) DO UPDATE SET "
+            "newest_version = MAX(newest_version, excluded.newest_version)",
+            (study, version),
+        )

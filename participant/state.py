@@ -1,0 +1,164 @@
+"""The participant's local state directory: enrolment, pinned key, configs, outbox, model cache.
+
+Layout (directory ``0700``, every file ``0600``; nothing here ever leaves the machine)::
+
+    <state>/
+        participant.json           coordinator URL, credential, pinned key fingerprint, local cap
+        coordinator_key.pem        coordinator public key, fetched once and checked against the pin
+        ledger.sqlite3             local privacy ledger + newest config version seen per study
+        lock                       exclusive lock held while a release is being made or sent
+        outbox/<key>.json          exact request body of each release, fsync'd before sending
+        studies/<study>/config.json  newest verified signed config
+        studies/<study>/model.json   cached global model; model.etag holds its ETag
+
+Writes are atomic: write a temporary file in the same directory, fsync, rename, fsync the
+directory. Permissions are enforced on every write, whatever the process umask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from common.budget import PrivacyBudget
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+_STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class NotEnrolled(Exception):
+    """The state directory has no enrolment; run ``fedod-participant enrol`` first."""
+
+
+@dataclass(frozen=True)
+class Enrolment:
+    """What ``enrol`` stores: where the coordinator is, how to authenticate, whom to trust."""
+
+    coordinator_url: str
+    token: str
+    key_fingerprint: str
+    epsilon_cap: str
+    delta_cap: str = "0"
+
+    @property
+    def cap(self) -> PrivacyBudget:
+        """The local cap; no coordinator config can raise it."""
+        return PrivacyBudget(self.epsilon_cap, self.delta_cap)
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry (after a rename) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically write ``data`` to ``path`` with mode 0600 and fsync it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) if needed and force mode 0700 on it."""
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    os.chmod(path, DIR_MODE)
+    return path
+
+
+def check_study_id(study: str) -> str:
+    """Refuse study ids that could escape the state directory."""
+    if not _STUDY_RE.match(study):
+        raise ValueError(f"invalid study id {study!r}: use letters, digits, '.', '_' or '-'")
+    return study
+
+
+class StateDir:
+    """Typed access to one participant state directory."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+
+    @property
+    def enrolment_path(self) -> Path:
+        return self.root / "participant.json"
+
+    @property
+    def key_path(self) -> Path:
+        return self.root / "coordinator_key.pem"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.root / "ledger.sqlite3"
+
+    @property
+    def outbox(self) -> Path:
+        return make_private_dir(self.root / "outbox")
+
+    def study_dir(self, study: str) -> Path:
+        return make_private_dir(self.root / "studies" / check_study_id(study))
+
+    def create(self) -> None:
+        """Create the directory tree with owner-only permissions."""
+        make_private_dir(self.root)
+        make_private_dir(self.root / "outbox")
+        make_private_dir(self.root / "studies")
+
+    def is_enrolled(self) -> bool:
+        return self.enrolment_path.exists()
+
+    def save_enrolment(self, enrolment: Enrolment, public_key_pem: str) -> None:
+        self.create()
+        write_private(self.key_path, public_key_pem.encode())
+        write_private(self.enrolment_path, json.dumps(asdict(enrolment), indent=2).encode())
+
+    def load_enrolment(self) -> Enrolment:
+        if not self.is_enrolled():
+            raise NotEnrolled(
+                f"no enrolment in {self.root}; run 'fedod-participant enrol' first"
+            )
+        self.check_permissions()
+        return Enrolment(**json.loads(self.enrolment_path.read_text()))
+
+    def load_key_pem(self) -> str:
+        return self.key_path.read_text()
+
+    def check_permissions(self) -> None:
+        """Tighten the directory and the credential file if someone loosened them."""
+        for path, mode in ((self.root, DIR_MODE), (self.enrolment_path, FILE_MODE)):
+            if path.exists() and (path.stat().st_mode & 0o777) != mode:
+                os.chmod(path, mode)
+
+    def outbox_path(self, idempotency_key: str) -> Path:
+        return self.outbox / f"{idempotency_key}.json"
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold an exclusive lock so two agents never release from one ledger at once."""
+        self.create()
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
