@@ -195,12 +195,17 @@ class DataSource:
             types[self.spec.id_column] = pa.string()
         reader = pacsv.open_csv(
             self.path,
-            read_options=pacsv.ReadOptions(block_size=8 << 20),
+            read_options=pacsv.ReadOptions(block_size=self._csv_block_bytes()),
             convert_options=pacsv.ConvertOptions(
                 column_types=types, include_columns=self.columns, strings_can_be_null=True
             ),
         )
         yield from reader
+
+    def _csv_block_bytes(self) -> int:
+        """CSV block size: roughly ``chunk_rows`` rows of ~20 bytes per value, 1-64 MiB."""
+        estimate = self.chunk_rows * 20 * (len(self.columns) + len(self.spec.ignore))
+        return int(min(max(estimate, 1 << 20), 64 << 20))
 
     def _checked(self, batches: Iterator[pa.RecordBatch], bar: Progress) -> Iterator[Chunk]:
         size = self.path.stat().st_size
