@@ -1,0 +1,135 @@
+"""Score local records with the global model's detectors and write the results.
+
+Two passes with bounded memory: the data file is read chunk by chunk and every detector's
+``decision_function`` (higher = more outlying) is kept per record (8 bytes per record and
+detector); then the per-detector scores are turned into rank percentiles, combined, ranked,
+and written chunk by chunk to CSV or Parquet.
+
+Combined score: the mean over detectors of each record's rank percentile
+(``rankdata(scores, "average") / n``, in ``(0, 1]``, 1 = most outlying of the local file),
+so detectors on different scales count equally. ``rank`` is 1 for the most outlying record;
+``outlier`` flags the ``top_k`` records, or ``ceil(contamination * n)`` of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+from scipy.stats import rankdata
+
+from participant.data import DataSource
+from participant.progress import Progress
+
+WRITE_ROWS = 262_144
+
+
+class Detector(Protocol):
+    def decision_function(self, X: NDArray[np.float64]) -> NDArray[np.float64]: ...
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    """Local summary of a scoring run."""
+
+    rows: int
+    flagged: int
+    output: str
+    clipped: int
+
+
+def flag_count(n: int, *, contamination: float | None, top_k: int | None) -> int:
+    """How many records to flag: ``top_k`` (at most n), else ``ceil(contamination * n)``."""
+    if top_k is not None:
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}")
+        return min(top_k, n)
+    c = 0.05 if contamination is None else contamination
+    if not 0 <= c <= 0.5:
+        raise ValueError(f"contamination must be in [0, 0.5], got {c}")
+    return min(n, math.ceil(c * n))
+
+
+def combine(scores: Mapping[str, NDArray[np.float64]]) -> tuple[NDArray[np.float64], NDArray]:
+    """Mean rank percentile over detectors, and the 1-based rank (1 = most outlying)."""
+    n = len(next(iter(scores.values())))
+    combined = np.zeros(n, dtype=np.float64)
+    for s in scores.values():
+        combined += rankdata(s, method="average") / n
+    combined /= len(scores)
+    order = np.argsort(-combined, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(1, n + 1)
+    return combined, rank
+
+
+def _writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter | pacsv.CSVWriter:
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return pq.ParquetWriter(path, schema)
+    if path.suffix.lower() == ".csv":
+        return pacsv.CSVWriter(path, schema)
+    raise ValueError(f"output {path}: use a .csv or .parquet file name")
+
+
+def score_source(
+    source: DataSource,
+    detectors: Mapping[str, Detector],
+    output: str | Path,
+    *,
+    contamination: float | None = None,
+    top_k: int | None = None,
+    progress: bool = False,
+) -> ScoreSummary:
+    """Score every record of ``source`` with each detector and write ``output``."""
+    output = Path(output)
+    if output.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise ValueError(f"output {output}: use a .csv or .parquet file name")
+    parts: dict[str, list[NDArray[np.float64]]] = {name: [] for name in detectors}
+    keys: list[pa.Array] = []
+    source.progress = progress
+    for chunk in source:
+        for name, det in detectors.items():
+            parts[name].append(np.asarray(det.decision_function(chunk.X), dtype=np.float64))
+        if chunk.keys is not None:
+            keys.append(chunk.keys)
+    n = source.report.rows
+    if n == 0:
+        raise ValueError(f"{source.path}: no records to score")
+    scores = {name: np.concatenate(p) for name, p in parts.items()}
+    del parts
+    combined, rank = combine(scores)
+    k = flag_count(n, contamination=contamination, top_k=top_k)
+    key_name = source.spec.id_column or "row"
+    key_col = pa.chunked_array(keys) if keys else None
+    bar = Progress(f"writing {output.name}", total=n, enabled=progress)
+    writer = None
+    try:
+        for start in range(0, n, WRITE_ROWS):
+            stop = min(start + WRITE_ROWS, n)
+            cols = {
+                key_name: key_col.slice(start, stop - start)
+                if key_col is not None
+                else pa.array(np.arange(start + 1, stop + 1)),
+                **{f"score_{name}": pa.array(s[start:stop]) for name, s in scores.items()},
+                "outlier_score": pa.array(combined[start:stop]),
+                "rank": pa.array(rank[start:stop]),
+                "outlier": pa.array(rank[start:stop] <= k),
+            }
+            table = pa.table(cols)
+            if writer is None:
+                writer = _writer(output, table.schema)
+            writer.write_table(table)
+            bar.update(stop - start)
+    finally:
+        if writer is not None:
+            writer.close()
+    bar.close()
+    return ScoreSummary(rows=n, flagged=k, output=str(output), clipped=source.report.clipped_total)
