@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import stat
 from decimal import Decimal
 
@@ -38,9 +39,8 @@ def test_reserve_refuses_past_cap_and_records_nothing(tmp_path):
 
 
 def test_delta_is_capped_too(tmp_path):
-    with Ledger(tmp_path / "l.sqlite3") as ledger:
-        with pytest.raises(BudgetExceeded):
-            reserve(ledger, "a" * 16, "0.1", PrivacyBudget("5", "1e-7"), delta="1e-6")
+    with Ledger(tmp_path / "l.sqlite3") as ledger, pytest.raises(BudgetExceeded):
+        reserve(ledger, "a" * 16, "0.1", PrivacyBudget("5", "1e-7"), delta="1e-6")
 
 
 @pytest.mark.parametrize(
@@ -75,10 +75,8 @@ def test_ledger_never_exceeds_cap(tmp_path_factory, costs):
     with Ledger(tmp_path_factory.mktemp("l") / "l.sqlite3") as ledger:
         for i, milli in enumerate(costs):
             cost = Decimal(milli) / 1000
-            try:
+            with contextlib.suppress(BudgetExceeded):
                 reserve(ledger, f"key-{i:012d}", str(cost), cap)
-            except BudgetExceeded:
-                pass
             assert ledger.spent().fits_within(cap)
 
 

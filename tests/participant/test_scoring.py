@@ -23,7 +23,13 @@ class FirstDetector:
 
 @pytest.mark.parametrize(
     ("n", "contamination", "top_k", "expected"),
-    [(100, 0.05, None, 5), (101, 0.05, None, 6), (10, None, 3, 3), (2, None, 5, 2), (7, 0, None, 0)],
+    [
+        (100, 0.05, None, 5),
+        (101, 0.05, None, 6),
+        (10, None, 3, 3),
+        (2, None, 5, 2),
+        (7, 0, None, 0),
+    ],
 )
 def test_flag_count(n, contamination, top_k, expected):
     assert flag_count(n, contamination=contamination, top_k=top_k) == expected
@@ -42,7 +48,8 @@ def test_score_source_writes_keys_scores_rank_and_flags(tmp_path, suffix):
     X[17] = [9.5, 9.5]
     data = tmp_path / "d.csv"
     keys = [f"p{i}" for i in range(1000)]
-    data.write_text("pid,x,y\n" + "".join(f"{k},{a},{b}\n" for k, (a, b) in zip(keys, X)))
+    rows = "".join(f"{k},{a},{b}\n" for k, (a, b) in zip(keys, X, strict=True))
+    data.write_text("pid,x,y\n" + rows)
     spec = DataSpec(("x", "y"), np.zeros(2), np.full(2, 10.0), id_column="pid")
     out = tmp_path / f"out{suffix}"
     detectors = {"sum": SumDetector(), "first": FirstDetector()}
