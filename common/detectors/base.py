@@ -1,0 +1,71 @@
+"""The detector contract shared by LSH iTables and grid k-NN (PyOD's ``BaseDetector``).
+
+``__init__`` only stores hyperparameters; ``fit(X)`` returns ``self`` and sets the fitted
+attributes (names end in ``_``); ``decision_function(X)`` returns scores where *higher means
+more outlying*; ``predict(X)`` returns 1 for outliers using ``threshold_``, the
+``1 - contamination`` quantile of the training scores ``decision_scores_``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+
+class NotFittedError(RuntimeError):
+    """The detector has no model yet: call ``fit`` (or build it ``from_*``) first."""
+
+
+class BaseDetector(ABC):
+    """Common PyOD-style plumbing: thresholding, ``predict``, ``fit_predict``."""
+
+    contamination: float
+    decision_scores_: NDArray[np.float64]
+    threshold_: float
+    labels_: NDArray[np.int64]
+
+    def __init__(self, contamination: float = 0.1) -> None:
+        self.contamination = contamination
+
+    @abstractmethod
+    def fit(self, X: ArrayLike, y: Any = None) -> Self:
+        """Build the model from ``X`` (``y`` is ignored, as in PyOD)."""
+
+    @abstractmethod
+    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Outlier scores of ``X``, higher = more outlying."""
+
+    def _check_contamination(self) -> None:
+        if not 0.0 < float(self.contamination) <= 0.5:
+            raise ValueError(f"contamination must be in (0, 0.5], got {self.contamination}")
+
+    def calibrate(self, X: ArrayLike) -> Self:
+        """Set ``decision_scores_``, ``threshold_`` and ``labels_`` from the rows ``X``.
+
+        ``fit`` calls this on its training data; a detector built from a merged histogram
+        calls it on the participant's own records.
+        """
+        self._check_contamination()
+        scores = self.decision_function(X)
+        self.decision_scores_ = scores
+        self.threshold_ = float(np.quantile(scores, 1.0 - float(self.contamination)))
+        self.labels_ = (scores > self.threshold_).astype(np.int64)
+        return self
+
+    def predict(self, X: ArrayLike) -> NDArray[np.int64]:
+        """1 for rows scored above ``threshold_`` (outliers), 0 otherwise."""
+        if not hasattr(self, "threshold_"):
+            raise NotFittedError(f"{type(self).__name__} has no threshold_: fit or calibrate it")
+        return (self.decision_function(X) > self.threshold_).astype(np.int64)
+
+    def fit_predict(self, X: ArrayLike, y: Any = None) -> NDArray[np.int64]:
+        """``fit(X)`` then the training labels ``labels_``."""
+        return self.fit(X, y).labels_
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments, as stored by ``__init__``."""
+        return {k: v for k, v in vars(self).items() if not k.endswith("_") and
+                not k.startswith("_")}
