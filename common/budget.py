@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
 
-__all__ = ["EPSILON_QUANTUM", "DELTA_QUANTUM", "BudgetLike", "PrivacyBudget"]
+__all__ = ["EPSILON_QUANTUM", "DELTA_QUANTUM", "BudgetLike", "PrivacyBudget", "exact_decimal"]
 
 EPSILON_QUANTUM = Decimal("1e-9")
 DELTA_QUANTUM = Decimal("1e-18")
@@ -24,7 +24,7 @@ _CTX = Context(prec=60)
 BudgetLike = Decimal | int | str
 
 
-def _exact(value: object, quantum: Decimal, name: str) -> Decimal:
+def exact_decimal(value: object, quantum: Decimal, name: str) -> Decimal:
     """Convert ``value`` to a Decimal that is an exact multiple of ``quantum``."""
     if isinstance(value, bool) or not isinstance(value, Decimal | int | str):
         raise TypeError(
@@ -65,8 +65,8 @@ class PrivacyBudget:
     delta: Decimal
 
     def __init__(self, epsilon: BudgetLike, delta: BudgetLike = 0) -> None:
-        eps = _exact(epsilon, EPSILON_QUANTUM, "epsilon")
-        dlt = _exact(delta, DELTA_QUANTUM, "delta")
+        eps = exact_decimal(epsilon, EPSILON_QUANTUM, "epsilon")
+        dlt = exact_decimal(delta, DELTA_QUANTUM, "delta")
         if dlt > 1:
             raise ValueError(f"delta must be <= 1, got {delta!r}")
         object.__setattr__(self, "epsilon", eps)

@@ -1,0 +1,544 @@
+"""Study configuration: validated public parameters, canonical JSON, Ed25519 signatures.
+
+The coordinator signs each study's :class:`StudyConfig` (public bounds, hash seed, detector and
+privacy parameters, version, expiry); participants pin the coordinator's key at enrolment and
+accept a config only through :func:`verify_config`, which refuses a bad signature, an expired
+config, a version older than one already seen, and an LSH digest that does not match the hash
+functions re-derived from the seed (DESIGN 2).
+
+Validation refuses settings that break privacy (zero epsilon, a grid released without noise,
+a sparse grid without delta) and logs a warning for settings that only hurt utility (more than
+10 epsilon per release), as OpenDP's ``loss_of`` does.
+
+Canonical JSON is UTF-8, keys sorted, no whitespace, decimals as strings, datetimes as
+ISO-8601 UTC with a ``Z`` suffix. The signature covers ``SIGNING_CONTEXT + payload bytes``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import logging
+import os
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
+from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
+from common.grid import MAX_CELLS, GridSpec
+from common.hashing import LSHFamily, derive_lsh_family
+
+__all__ = [
+    "SIGNING_CONTEXT",
+    "MAX_GRID_CELL_LIMIT",
+    "UTILITY_EPSILON_WARNING",
+    "MAX_DELTA",
+    "Epsilon",
+    "Delta",
+    "StudyId",
+    "FeatureSpec",
+    "LSHParams",
+    "GridParams",
+    "PrivacyParams",
+    "StudyConfig",
+    "SignedConfig",
+    "canonical_json",
+    "new_study_config",
+    "sign_config",
+    "verify_config",
+    "key_fingerprint",
+    "generate_key",
+    "load_private_key",
+    "save_private_key",
+    "public_key_from_pem",
+    "public_key_pem",
+]
+
+logger = logging.getLogger(__name__)
+
+SIGNING_CONTEXT = b"fedod-config/1\x00"
+MAX_GRID_CELL_LIMIT = 50_000_000
+"""Largest grid released densely (the dense vector must fit on the wire)."""
+UTILITY_EPSILON_WARNING = Decimal(10)
+"""Epsilon per release above which validation logs a warning."""
+MAX_DELTA = Decimal("0.01")
+"""A delta this large or larger is refused: it allows releasing individual records."""
+
+
+def _decimal_in(value: object, quantum: Decimal, name: str) -> Decimal:
+    if isinstance(value, float):
+        raise ValueError(f"{name} must be a decimal string such as '0.5', not a float")
+    try:
+        return exact_decimal(value, quantum, name)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _decimal_out(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+Epsilon = Annotated[
+    Decimal,
+    BeforeValidator(lambda v: _decimal_in(v, EPSILON_QUANTUM, "epsilon")),
+    PlainSerializer(_decimal_out, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "examples": ["0.5"]}),
+]
+"""Non-negative epsilon: a decimal string (or int) with at most 9 decimals; floats refused."""
+Delta = Annotated[
+    Decimal,
+    BeforeValidator(lambda v: _decimal_in(v, DELTA_QUANTUM, "delta")),
+    PlainSerializer(_decimal_out, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "examples": ["0.000001"]}),
+]
+"""Non-negative delta: a decimal string with at most 18 decimals; floats refused."""
+StudyId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+_Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+_UTC = Annotated[
+    AwareDatetime,
+    PlainSerializer(
+        lambda d: d.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        return_type=str,
+        when_used="json",
+    ),
+]
+
+
+@functools.lru_cache(maxsize=16)
+def _derive_family(
+    seed_hex: str, lo: tuple[float, ...], hi: tuple[float, ...], n_tables: int, sample_size: int
+) -> LSHFamily:
+    return derive_lsh_family(bytes.fromhex(seed_hex), lo, hi, n_tables, sample_size)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FeatureSpec(_Model):
+    """One feature of the study schema with its *public* bounds."""
+
+    name: str = Field(min_length=1, max_length=128, description="Column name, unique.")
+    lo: float = Field(strict=True, allow_inf_nan=False, description="Public lower bound.")
+    hi: float = Field(strict=True, allow_inf_nan=False, description="Public upper bound, > lo.")
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("feature name must not be blank")
+        return v
+
+    @model_validator(mode="after")
+    def _lo_below_hi(self) -> FeatureSpec:
+        if not self.lo < self.hi:
+            raise ValueError(f"feature {self.name!r}: lo ({self.lo}) must be < hi ({self.hi})")
+        return self
+
+
+class LSHParams(_Model):
+    """Public parameters of the LSH iTables release.
+
+    ``seed`` and ``digest`` are filled in by the coordinator (:func:`new_study_config`).
+    Optional detector parameters travel here too, so every participant scores alike.
+    """
+
+    n_tables: int = Field(default=100, strict=True, ge=1, le=1000, description="Tables m.")
+    sample_size: int = Field(
+        default=1000,
+        strict=True,
+        ge=2,
+        le=65536,
+        description="Expected table size s of the paper; sets the number of bits per table.",
+    )
+    seed: _Hex64 = Field(description="Public hash seed, 32 bytes as lowercase hex.")
+    digest: _Hex64 = Field(
+        description="SHA-256 of the hash functions derived from the seed (LSHFamily.digest())."
+    )
+    scoring: Literal["log", "mass"] | None = Field(
+        default=None,
+        description="Cell scoring of LSHiTables (`log`: paper, `mass`: noise-robust); "
+        "null lets the detector choose.",
+    )
+
+
+class GridParams(_Model):
+    """Public parameters of the DP grid k-NN release (Rauch, Olatunji & Khosla)."""
+
+    bins: int = Field(default=4, strict=True, ge=1, le=1024, description="Intervals per axis.")
+    features: list[str] | None = Field(
+        default=None, description="Names of the features the grid uses; null means all."
+    )
+    k: int = Field(default=10, strict=True, ge=1, le=100_000, description="Neighbours k.")
+    max_depth: int = Field(
+        default=3, strict=True, ge=0, le=1000, description="Maximal L1 depth of the cell walk."
+    )
+    weighted: bool = Field(default=True, strict=True, description="Weighted k-NN score.")
+    cell_limit: int = Field(
+        default=1_000_000,
+        strict=True,
+        ge=1,
+        le=MAX_GRID_CELL_LIMIT,
+        description="Grids with more cells are released sparsely ((epsilon, delta)-DP).",
+    )
+
+    @field_validator("features")
+    @classmethod
+    def _unique(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError("grid features must be a non-empty list of distinct names")
+        return v
+
+
+class PrivacyParams(_Model):
+    """Per-release privacy cost. Each release spends ``epsilon_lsh + epsilon_grid`` and
+    ``delta_grid`` (only a sparse grid has a delta)."""
+
+    epsilon_lsh: Epsilon = Field(description="Epsilon of the LSH release, > 0 (string).")
+    epsilon_grid: Epsilon = Field(
+        default=Decimal(0), description="Epsilon of the grid release; 0 means no grid."
+    )
+    delta_grid: Delta = Field(
+        default=Decimal(0), description="Delta of a sparse grid release, else 0."
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> PrivacyParams:
+        if self.epsilon_lsh <= 0:
+            raise ValueError("epsilon_lsh must be > 0: an LSH release without noise is not private")
+        if self.delta_grid >= MAX_DELTA:
+            raise ValueError(
+                f"delta_grid {self.delta_grid} is too large (must be < {MAX_DELTA}); "
+                "use about 1e-6 or less"
+            )
+        return self
+
+
+class StudyConfig(_Model):
+    """Everything a participant needs to release and score; signed by the coordinator."""
+
+    study_id: StudyId = Field(description="Study identifier.")
+    version: int = Field(strict=True, ge=1, le=2**62, description="Config version, increasing.")
+    issued_at: _UTC = Field(description="When the coordinator issued this version (UTC).")
+    expires_at: _UTC = Field(description="After this instant participants refuse the config.")
+    features: list[FeatureSpec] = Field(
+        min_length=1, max_length=10_000, description="Schema, in column order."
+    )
+    lsh: LSHParams
+    grid: GridParams | None = Field(default=None, description="Grid release, or null.")
+    privacy: PrivacyParams
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StudyConfig:
+        if self.expires_at <= self.issued_at:
+            raise ValueError("expires_at must be after issued_at")
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"feature names must be unique; repeated: {dup}")
+        p = self.privacy
+        if self.grid is None:
+            if p.epsilon_grid != 0 or p.delta_grid != 0:
+                raise ValueError("epsilon_grid and delta_grid must be 0 when there is no grid")
+        else:
+            if p.epsilon_grid <= 0:
+                raise ValueError(
+                    "a grid needs epsilon_grid > 0 (0 means no grid: omit the grid section)"
+                )
+            unknown = sorted(set(self.grid.features or []) - set(names))
+            if unknown:
+                raise ValueError(f"grid features not in the schema: {unknown}")
+            d_g = len(self.grid.features) if self.grid.features else len(names)
+            if self.grid.bins**d_g >= MAX_CELLS:
+                raise ValueError(
+                    f"grid of {self.grid.bins}**{d_g} cells is too large; "
+                    "use fewer bins or name fewer grid features"
+                )
+            if self.grid_layout == "sparse" and p.delta_grid <= 0:
+                raise ValueError(
+                    f"the grid has {self.grid_cells} cells, more than cell_limit "
+                    f"{self.grid.cell_limit}, so it is released sparsely and needs "
+                    "delta_grid > 0 (e.g. '1e-6'); or raise cell_limit / lower bins"
+                )
+            if self.grid_layout == "dense" and p.delta_grid != 0:
+                raise ValueError(
+                    "delta_grid must be 0 for a dense grid (pure epsilon-DP); "
+                    "it would be charged for nothing"
+                )
+        total = p.epsilon_lsh + p.epsilon_grid
+        if total > UTILITY_EPSILON_WARNING:
+            logger.warning(
+                "study %s spends epsilon %s per release (> %s): weak privacy protection",
+                self.study_id,
+                total,
+                UTILITY_EPSILON_WARNING,
+            )
+        return self
+
+    @property
+    def lo(self) -> list[float]:
+        return [f.lo for f in self.features]
+
+    @property
+    def hi(self) -> list[float]:
+        return [f.hi for f in self.features]
+
+    def release_cost(self) -> PrivacyBudget:
+        """Cost of one release (LSH plus grid), for the ledgers."""
+        p = self.privacy
+        return PrivacyBudget(p.epsilon_lsh + p.epsilon_grid, p.delta_grid)
+
+    def lsh_family(self) -> LSHFamily:
+        """The RF-LSH family derived from the public seed (memoised per parameters)."""
+        return _derive_family(
+            self.lsh.seed, tuple(self.lo), tuple(self.hi), self.lsh.n_tables, self.lsh.sample_size
+        )
+
+    @property
+    def lsh_cells(self) -> int:
+        return self.lsh_family().n_cells
+
+    def grid_feature_indices(self) -> tuple[int, ...] | None:
+        if self.grid is None or self.grid.features is None:
+            return None
+        names = [f.name for f in self.features]
+        return tuple(names.index(n) for n in self.grid.features)
+
+    def grid_spec(self) -> GridSpec | None:
+        if self.grid is None:
+            return None
+        return GridSpec(self.lo, self.hi, self.grid.bins, self.grid_feature_indices())
+
+    @property
+    def grid_cells(self) -> int:
+        """Number of grid cells, 0 without a grid."""
+        if self.grid is None:
+            return 0
+        d_g = len(self.grid.features) if self.grid.features else len(self.features)
+        return int(self.grid.bins**d_g)
+
+    @property
+    def grid_layout(self) -> Literal["dense", "sparse"] | None:
+        if self.grid is None:
+            return None
+        return "dense" if self.grid_cells <= self.grid.cell_limit else "sparse"
+
+
+class SignedConfig(_Model):
+    """A study config as the coordinator serves it."""
+
+    payload: str = Field(max_length=4_000_000, description="Canonical JSON of the StudyConfig.")
+    signature: str = Field(
+        pattern=r"^[A-Za-z0-9+/]{86}==$", description="Base64 Ed25519 signature."
+    )
+    key_id: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$", description="Fingerprint of the signing key."
+    )
+
+    def digest(self) -> str:
+        """Hex SHA-256 of the payload bytes: the config digest a contribution names."""
+        return hashlib.sha256(self.payload.encode("utf-8")).hexdigest()
+
+
+def canonical_json(model: BaseModel | dict[str, Any]) -> bytes:
+    """Canonical UTF-8 JSON: sorted keys, no whitespace, decimals as strings, UTC ``Z``."""
+    doc = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
+    return json.dumps(
+        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def new_study_config(
+    study_id: str,
+    features: list[FeatureSpec],
+    *,
+    privacy: PrivacyParams,
+    n_tables: int = 100,
+    sample_size: int = 1000,
+    grid: GridParams | None = None,
+    version: int = 1,
+    valid_days: int = 365,
+    seed: bytes | None = None,
+    scoring: Literal["log", "mass"] | None = None,
+    now: datetime | None = None,
+) -> StudyConfig:
+    """Build a config with a fresh 32-byte seed (unless given) and its LSH digest."""
+    seed = os.urandom(32) if seed is None else seed
+    if len(seed) != 32:
+        raise ValueError("seed must be 32 bytes")
+    family = derive_lsh_family(
+        seed, [f.lo for f in features], [f.hi for f in features], n_tables, sample_size
+    )
+    issued = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+    return StudyConfig(
+        study_id=study_id,
+        version=version,
+        issued_at=issued,
+        expires_at=issued + timedelta(days=valid_days),
+        features=features,
+        lsh=LSHParams(
+            n_tables=n_tables,
+            sample_size=sample_size,
+            seed=seed.hex(),
+            digest=family.digest(),
+            scoring=scoring,
+        ),
+        grid=grid,
+        privacy=privacy,
+    )
+
+
+def key_fingerprint(public_key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """``"sha256:<hex>"`` of the raw 32-byte public key."""
+    if isinstance(public_key, Ed25519PrivateKey):
+        public_key = public_key.public_key()
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def sign_config(config: StudyConfig, private_key: Ed25519PrivateKey) -> SignedConfig:
+    """Sign the canonical JSON of ``config``; refuses a config whose LSH digest is wrong."""
+    if config.lsh_family().digest() != config.lsh.digest:
+        raise ValueError("lsh.digest does not match the family derived from lsh.seed")
+    payload = canonical_json(config)
+    signature = private_key.sign(SIGNING_CONTEXT + payload)
+    return SignedConfig(
+        payload=payload.decode("utf-8"),
+        signature=base64.b64encode(signature).decode("ascii"),
+        key_id=key_fingerprint(private_key),
+    )
+
+
+def verify_config(
+    signed: SignedConfig,
+    public_key: Ed25519PublicKey,
+    *,
+    newest_seen: int | None = None,
+    now: datetime | None = None,
+) -> StudyConfig:
+    """Return the config only if it can be trusted.
+
+    Raises
+    ------
+    SignatureInvalid
+        Wrong key, bad signature, a payload that is not a valid canonical config, or an
+        ``lsh.digest`` that does not match the functions re-derived from ``lsh.seed`` (the
+        coordinator and this participant would hash differently).
+    ConfigExpired
+        ``now >= expires_at``.
+    ConfigDowngrade
+        ``version < newest_seen``.
+    """
+    pinned = key_fingerprint(public_key)
+    if signed.key_id != pinned:
+        raise SignatureInvalid(
+            f"config signed by key {signed.key_id}, but the pinned coordinator key is "
+            f"{pinned}; re-enrol if the coordinator rotated its key",
+            key_id=signed.key_id,
+        )
+    payload = signed.payload.encode("utf-8")
+    try:
+        public_key.verify(
+            base64.b64decode(signed.signature, validate=True), SIGNING_CONTEXT + payload
+        )
+    except (InvalidSignature, ValueError) as exc:
+        raise SignatureInvalid(
+            "config signature does not verify under the pinned coordinator key; "
+            "the config was altered in transit or not issued by this coordinator"
+        ) from exc
+    try:
+        config = StudyConfig.model_validate_json(payload)
+    except ValidationError as exc:
+        raise SignatureInvalid(f"signed config is not a valid study config: {exc}") from exc
+    if canonical_json(config) != payload:
+        raise SignatureInvalid("signed config payload is not in canonical form")
+    now = now or datetime.now(UTC)
+    if now >= config.expires_at:
+        raise ConfigExpired(
+            f"config {config.study_id} v{config.version} expired at "
+            f"{config.expires_at.isoformat()}; fetch a fresh config from the coordinator",
+            version=config.version,
+        )
+    if newest_seen is not None and config.version < newest_seen:
+        raise ConfigDowngrade(
+            f"config {config.study_id} v{config.version} is older than v{newest_seen} "
+            "already seen; refusing a downgrade (possible replay)",
+            version=config.version,
+            newest_seen=newest_seen,
+        )
+    if config.lsh_family().digest() != config.lsh.digest:
+        raise SignatureInvalid(
+            "lsh.digest does not match the hash functions derived here from lsh.seed; "
+            "coordinator and participant run incompatible fedod versions",
+            kind="lsh_digest",
+        )
+    return config
+
+
+def generate_key() -> Ed25519PrivateKey:
+    """A new Ed25519 signing key."""
+    return Ed25519PrivateKey.generate()
+
+
+def save_private_key(key: Ed25519PrivateKey, path: str | os.PathLike[str]) -> None:
+    """Write ``key`` as unencrypted PKCS#8 PEM, readable by the owner only (mode 0600)."""
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, pem)
+    finally:
+        os.close(fd)
+
+
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """Read a PEM Ed25519 private key written by :func:`save_private_key`."""
+    key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} does not hold an Ed25519 private key")
+    return key
+
+
+def public_key_pem(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """SubjectPublicKeyInfo PEM of the public key."""
+    if isinstance(key, Ed25519PrivateKey):
+        key = key.public_key()
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode("ascii")
+
+
+def public_key_from_pem(pem: str | bytes) -> Ed25519PublicKey:
+    """Parse a PEM public key; ``ValueError`` unless it is Ed25519."""
+    data = pem.encode("ascii") if isinstance(pem, str) else pem
+    key = serialization.load_pem_public_key(data)
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError("the coordinator key must be an Ed25519 public key")
+    return key
