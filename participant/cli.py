@@ -1,0 +1,85 @@
+"""``fedod-participant``: run a fedod participant next to local data.
+
+Subcommands: enrol, config, check-data, contribute, score, ledger, status.
+
+Exit codes:
+    0  success
+    1  unexpected internal error (a bug: please report it)
+    2  usage error (bad arguments, state directory not enrolled)
+    3  data invalid (schema, non-numeric, missing or refused out-of-bounds values)
+    4  config or key refused (bad signature, wrong key, expired, downgrade, digest mismatch)
+    5  privacy budget refused (local cap, or the coordinator's ledger)
+    6  coordinator unavailable after retries (a stored release is re-sent on the next run)
+    7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from common.errors import (
+    BudgetExceeded,
+    ConfigError,
+    Conflict,
+    CoordinatorUnavailable,
+    FedodError,
+    InvalidInput,
+    NotFound,
+)
+from participant.agent import Agent
+from participant.client import CoordinatorRefused
+from participant.commands import COMMANDS, build_parser
+from participant.state import NotEnrolled
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_DATA, EXIT_CONFIG = 0, 1, 2, 3, 4
+EXIT_BUDGET, EXIT_UNAVAILABLE, EXIT_REFUSED = 5, 6, 7
+
+
+def exit_code(exc: BaseException) -> int:
+    """Map an error to the documented exit code."""
+    if isinstance(exc, BudgetExceeded):
+        return EXIT_BUDGET
+    if isinstance(exc, CoordinatorRefused):
+        return EXIT_BUDGET if exc.is_budget else EXIT_REFUSED
+    if isinstance(exc, ConfigError):
+        return EXIT_CONFIG
+    if isinstance(exc, InvalidInput):
+        return EXIT_DATA
+    if isinstance(exc, CoordinatorUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, Conflict | NotFound):
+        return EXIT_REFUSED
+    if isinstance(exc, NotEnrolled):
+        return EXIT_USAGE
+    if isinstance(exc, ValueError | OSError):
+        return EXIT_USAGE
+    return EXIT_BUG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(__doc__ or "")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.progress is None:
+        args.progress = sys.stderr.isatty()
+    agent = Agent(args.state, max_tries=args.max_tries, timeout=args.timeout)
+    try:
+        COMMANDS[args.command](agent, args)
+    except KeyboardInterrupt:
+        print("interrupted; a stored release will be re-sent on the next run", file=sys.stderr)
+        return 130
+    except (FedodError, NotEnrolled, ValueError, OSError) as exc:
+        code = exit_code(exc)
+        if args.json:
+            print(json.dumps({"error": type(exc).__name__, "detail": str(exc), "exit": code}))
+        print(f"fedod-participant: error: {exc}", file=sys.stderr)
+        return code
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] if len(sys.argv) > 1 else None))

@@ -1,0 +1,209 @@
+"""Argument parser and subcommand bodies of ``fedod-participant`` (see ``participant.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from participant.agent import Agent, DataOptions
+
+DEFAULT_STATE = os.environ.get("FEDOD_STATE_DIR", "~/.fedod-participant")
+
+
+def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
+    print(json.dumps(doc, default=str) if args.json else text)
+
+
+def _data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", help="study id")
+    p.add_argument("data", help="local records, .csv or .parquet")
+    p.add_argument("--id-column", metavar="NAME",
+                   help="record-key column (kept for the score output, never sent)")
+    p.add_argument("--ignore-column", metavar="NAME", action="append", default=[],
+                   help="column to skip, e.g. an evaluation label (repeatable)")
+    p.add_argument("--out-of-bounds", choices=("clip", "error"), default="clip",
+                   help="values outside the study's public bounds: clip them to the bounds "
+                        "and report how many (locally only), or refuse the file "
+                        "(default: clip)")
+    p.add_argument("--chunk-rows", type=int, default=65_536, metavar="N",
+                   help="records per chunk; bounds memory use (default: 65536)")
+
+
+def _options(args: argparse.Namespace) -> DataOptions:
+    return DataOptions(args.id_column, tuple(args.ignore_column), args.out_of_bounds,
+                       args.chunk_rows, args.progress)
+
+
+def _clipped(clipped: dict[str, int]) -> str:
+    if not clipped:
+        return "no values outside the public bounds"
+    parts = ", ".join(f"{k}: {v}" for k, v in clipped.items())
+    return f"clipped to the public bounds (local only, not sent): {parts}"
+
+
+def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
+    token = args.token or os.environ.get("FEDOD_PARTICIPANT_TOKEN")
+    if args.token_file:
+        with open(args.token_file) as fh:
+            token = fh.read().strip()
+    if not token:
+        raise ValueError("give the credential with --token-file, --token or "
+                         "FEDOD_PARTICIPANT_TOKEN")
+    e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
+                    delta_cap=args.delta_cap)
+    _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
+                "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
+                "delta_cap": e.delta_cap},
+         f"enrolled with {e.coordinator_url}; key {e.key_fingerprint} pinned; local cap "
+         f"epsilon={e.epsilon_cap} delta={e.delta_cap}; state in {agent.state.root}")
+
+
+def cmd_config(agent: Agent, args: argparse.Namespace) -> None:
+    c, signed = agent.fetch_config(args.study)
+    cost = c.release_cost()
+    doc = {"study": c.study_id, "version": c.version, "expires_at": c.expires_at,
+           "digest": signed.digest(), "features": [f.name for f in c.features],
+           "epsilon_per_release": cost.epsilon, "delta_per_release": cost.delta,
+           "grid": c.grid_layout}
+    _out(args, doc, f"study {c.study_id} config v{c.version} verified (expires "
+                    f"{c.expires_at:%Y-%m-%d}); {len(c.features)} features; each release "
+                    f"costs {cost}; grid: {c.grid_layout or 'none'}")
+
+
+def cmd_check_data(agent: Agent, args: argparse.Namespace) -> None:
+    source = agent.check_data(args.study, args.data, _options(args))
+    r = source.report
+    _out(args, {"file": r.path, "rows": r.rows, "clipped": r.clipped},
+         f"{r.path}: {r.rows} records match the study schema; {_clipped(r.clipped)}")
+
+
+def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
+    o = agent.contribute(args.study, args.data, _options(args))
+    for s in o.sent:
+        what = "re-sent stored release" if s.resent else "sent release"
+        print(f"{what} {s.idempotency_key}: contribution {s.contribution.get('id')}, "
+              f"model version {s.contribution.get('model_version')}", file=sys.stderr)
+    if o.sent and o.sent[0].resent:
+        print("a pending release was re-sent (no new noise drawn); run contribute again "
+              "for a new release", file=sys.stderr)
+    _out(args, {"sent": [s.__dict__ for s in o.sent], "clipped": o.clipped,
+                "epsilon_spent": o.spent.epsilon, "delta_spent": o.spent.delta,
+                "epsilon_cap": o.cap.epsilon},
+         f"{_clipped(o.clipped)}\nlocal budget spent {o.spent} of cap {o.cap}")
+
+
+def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
+    summary, model = agent.score(args.study, args.data, args.output, _options(args),
+                                 contamination=args.contamination, top_k=args.top_k)
+    spent = agent.spent()
+    _out(args, {"rows": summary.rows, "flagged": summary.flagged, "output": summary.output,
+                "contributors": model.contributors, "model_version": model.version,
+                "epsilon_spent": spent.epsilon, "clipped": summary.clipped},
+         f"scored {summary.rows} records -> {summary.output}; flagged {summary.flagged} "
+         f"as outliers; model v{model.version} from {model.contributors} contributor(s); "
+         f"local epsilon spent so far {spent.epsilon.normalize():f}")
+
+
+def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
+    with agent.ledger() as ledger:
+        entries = ledger.entries()
+        spent = ledger.spent()
+    rows = [{"key": e.idempotency_key, "study": e.study, "config_version": e.config_version,
+             "epsilon": e.cost.epsilon, "delta": e.cost.delta, "status": e.status,
+             "created_at": e.created_at, "contribution_id": e.contribution_id,
+             "detail": e.detail} for e in entries]
+    lines = [f"{r['created_at']}  {r['study']:<16} v{r['config_version']:<4} "
+             f"eps={r['epsilon'].normalize():f} delta={r['delta'].normalize():f} "
+             f"{r['status']:<12} {r['key']}" for r in rows]
+    lines.append(f"total spent {spent}")
+    _out(args, {"entries": rows, "epsilon_spent": spent.epsilon, "delta_spent": spent.delta},
+         "\n".join(lines))
+
+
+def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
+    e = agent.state.load_enrolment()
+    with agent.ledger() as ledger:
+        spent, pending = ledger.spent(), ledger.entries(status="stored")
+    doc: dict[str, Any] = {"state": str(agent.state.root), "coordinator": e.coordinator_url,
+                           "key_fingerprint": e.key_fingerprint, "cap": str(e.cap),
+                           "spent": str(spent), "remaining": str(e.cap.remaining(spent)),
+                           "pending": [p.idempotency_key for p in pending]}
+    try:
+        with agent.client() as client:
+            me = client.me()
+        doc["coordinator_spent"] = me.get("epsilon_spent")
+    except Exception as exc:  # status must work offline
+        doc["coordinator_error"] = str(exc)
+    _out(args, doc, "\n".join(f"{k}: {v}" for k, v in doc.items()))
+
+
+COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
+    "enrol": cmd_enrol, "config": cmd_config, "check-data": cmd_check_data,
+    "contribute": cmd_contribute, "score": cmd_score, "ledger": cmd_ledger, "status": cmd_status,
+}
+
+
+def _global_options(defaults: bool) -> argparse.ArgumentParser:
+    """Options accepted before or after the subcommand (subcommand copies do not reset them)."""
+    def d(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--state", default=d(DEFAULT_STATE), metavar="DIR",
+                   help=f"state directory (env FEDOD_STATE_DIR; default: {DEFAULT_STATE})")
+    p.add_argument("--json", action="store_true", default=d(False),
+                   help="machine-readable output on stdout")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=d(None),
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    p.add_argument("--max-tries", type=int, default=d(6), metavar="N",
+                   help="attempts per request before giving up (default: 6)")
+    p.add_argument("--timeout", type=float, default=d(30.0), metavar="S",
+                   help="per-request timeout in seconds (default: 30)")
+    return p
+
+
+def build_parser(doc: str) -> argparse.ArgumentParser:
+    common = _global_options(defaults=False)
+    summary, _, epilog = doc.partition("Exit codes:")
+    parser = argparse.ArgumentParser(
+        prog="fedod-participant", description=summary.strip().replace("``", ""),
+        epilog="exit codes:" + epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(defaults=True)])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=help_, parents=[common])
+
+    p = add("enrol", "fetch the coordinator key, check it against the pinned fingerprint, and "
+                     "store URL, credential, fingerprint and local privacy cap (dir 0700, "
+                     "files 0600)")
+    p.add_argument("--coordinator", required=True, metavar="URL", help="coordinator base URL")
+    p.add_argument("--fingerprint", required=True, metavar="sha256:HEX",
+                   help="coordinator key fingerprint, obtained out of band")
+    p.add_argument("--token-file", metavar="FILE", help="file holding the credential")
+    p.add_argument("--token", help="credential (prefer --token-file or FEDOD_PARTICIPANT_TOKEN)")
+    p.add_argument("--epsilon-cap", required=True, metavar="EPS",
+                   help="local epsilon cap over all releases; no config can raise it")
+    p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
+    p = add("config", "fetch and verify a study config (signature, expiry, no downgrade, "
+                      "hash digest) and remember its version")
+    p.add_argument("study", help="study id")
+    _data_args(add("check-data", "check a data file against the study schema; sends nothing"))
+    _data_args(add("contribute", "release noisy histograms of a data file (re-sends a pending "
+                                 "stored release first, without new noise)"))
+    p = add("score", "score local records against the global model and write scores")
+    _data_args(p)
+    p.add_argument("--output", "-o", required=True, metavar="FILE",
+                   help="output .csv or .parquet: key, per-detector scores, outlier_score, "
+                        "rank, outlier")
+    flag = p.add_mutually_exclusive_group()
+    flag.add_argument("--contamination", type=float, metavar="FRACTION",
+                      help="flag this fraction of records (default: 0.05)")
+    flag.add_argument("--top-k", type=int, metavar="K", help="flag the K most outlying records")
+    add("ledger", "list every local release and the total privacy spent")
+    add("status", "show enrolment, local budget, pending releases, coordinator's view")
+    return parser
