@@ -1,0 +1,146 @@
+"""Shared dependencies: the database session and who is calling (participant or admin).
+
+Permission checks live here, not in the routes: ``AdminDep`` needs the admin token,
+``CurrentParticipant`` an active participant credential, ``StudyReader`` admin or a member
+of the study in the path, ``StudyMember`` a member only.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from coordinator.config import Settings
+from coordinator.keys import KeyStore
+from coordinator.models import Member, Participant, Study
+from coordinator.services.participants import authenticate
+
+bearer = HTTPBearer(auto_error=False, description="Participant credential or admin token")
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request; uncommitted work is rolled back when it closes."""
+    with request.app.state.sessionmaker() as session:
+        yield session
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_keys(request: Request) -> KeyStore:
+    return request.app.state.keys
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+KeysDep = Annotated[KeyStore, Depends(get_keys)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+UNAUTHENTICATED = "missing or invalid credential: send 'Authorization: Bearer <token>'"
+
+
+def _unauthorized(detail: str = UNAUTHENTICATED) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def is_admin_token(settings: Settings, token: str | None) -> bool:
+    """Constant-time comparison with the configured admin token."""
+    expected = settings.admin_token
+    if not token or not expected:
+        return False
+    return hmac.compare_digest(token.encode(), expected.encode())
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the admin (participant is None) or an active participant."""
+
+    participant: Participant | None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.participant is None
+
+
+def get_caller(session: SessionDep, settings: SettingsDep, creds: Credentials) -> Caller:
+    """Resolve the bearer token to the admin or an active participant, else 401."""
+    token = creds.credentials if creds else None
+    if is_admin_token(settings, token):
+        return Caller(None)
+    participant = authenticate(session, token) if token else None
+    if participant is None:
+        raise _unauthorized()
+    if not participant.active:
+        raise _unauthorized(f"participant {participant.name!r} was revoked")
+    return Caller(participant)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def require_admin(caller: CallerDep) -> None:
+    """Admin only; a participant credential gets 403."""
+    if not caller.is_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this endpoint needs the admin token")
+
+
+def require_participant(caller: CallerDep) -> Participant:
+    """A participant credential; the admin token gets 403."""
+    if caller.participant is None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, "this endpoint needs a participant credential"
+        )
+    return caller.participant
+
+
+AdminDep = Annotated[None, Depends(require_admin)]
+CurrentParticipant = Annotated[Participant, Depends(require_participant)]
+
+
+def _study_or_404(session: Session, study_id: str) -> Study:
+    study = session.get(Study, study_id)
+    if study is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study {study_id!r}")
+    return study
+
+
+def _check_member(session: Session, study: Study, participant: Participant) -> None:
+    found = session.scalar(
+        select(Member.participant_id).where(
+            Member.study_id == study.id, Member.participant_id == participant.id
+        )
+    )
+    if found is None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"participant {participant.name!r} is not a member of study {study.id!r}",
+        )
+
+
+def study_reader(study_id: str, session: SessionDep, caller: CallerDep) -> Study:
+    """The study in the path, readable by the admin and its members."""
+    study = _study_or_404(session, study_id)
+    if caller.participant is not None:
+        _check_member(session, study, caller.participant)
+    return study
+
+
+def study_member(study_id: str, session: SessionDep, participant: CurrentParticipant) -> Study:
+    """The study in the path, for a participant that is a member of it."""
+    study = _study_or_404(session, study_id)
+    _check_member(session, study, participant)
+    return study
+
+
+StudyReader = Annotated[Study, Depends(study_reader)]
+StudyMember = Annotated[Study, Depends(study_member)]

@@ -1,0 +1,17 @@
+"""The admin budget API: every participant's cap, spending and itemised ledger."""
+
+from __future__ import annotations
+
+from common.schemas import BudgetPublic
+from fastapi import APIRouter
+
+from coordinator.api.deps import AdminDep, SessionDep
+from coordinator.services.ledger import all_budgets
+
+router = APIRouter(prefix="/admin", tags=["admin"])
+
+
+@router.get("/budget")
+def get_budgets(session: SessionDep, _: AdminDep) -> list[BudgetPublic]:
+    """Per participant: cap, spent, remaining and every charge."""
+    return all_budgets(session)

@@ -1,0 +1,58 @@
+"""Contributions: a participant's noisy release for a study."""
+
+from __future__ import annotations
+
+from common.schemas import ContributionCreate, ContributionPublic
+from fastapi import APIRouter, Response, status
+
+from common.budget import PrivacyBudget
+from coordinator.api.deps import CurrentParticipant, SessionDep, SettingsDep, StudyMember
+from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
+from coordinator.models import Contribution
+from coordinator.services.contributions import submit
+
+router = APIRouter(prefix="/studies", tags=["contributions"])
+
+
+def contribution_public(contribution: Contribution, participant: str) -> ContributionPublic:
+    cost = PrivacyBudget.from_units(contribution.eps_units, contribution.delta_units)
+    return ContributionPublic(
+        id=contribution.id,
+        study_id=contribution.study_id,
+        participant=participant,
+        config_version=contribution.config_version,
+        epsilon=cost.epsilon,
+        delta=cost.delta,
+        created_at=contribution.created_at,
+        model_version=contribution.model_version,
+    )
+
+
+@router.post(
+    "/{study_id}/contributions",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"description": "replay of an earlier request with the same key"}},
+)
+def create_contribution(
+    body: ContributionCreate,
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    settings: SettingsDep,
+    response: Response,
+) -> ContributionPublic:
+    """Validate, store, charge and merge one release (201; 200 for a replayed key)."""
+    try:
+        outcome = submit(
+            session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
+        )
+    except Exception:
+        CONTRIBUTIONS.labels("refused").inc()
+        raise
+    if outcome.replay:
+        response.status_code = status.HTTP_200_OK
+        CONTRIBUTIONS.labels("replayed").inc()
+    else:
+        CONTRIBUTIONS.labels("accepted").inc()
+        EPSILON_CHARGED.inc(outcome.contribution.eps_units)
+    return contribution_public(outcome.contribution, participant.name)

@@ -1,0 +1,75 @@
+"""The admin dashboard at ``/admin``: a login form, a signed session cookie, HTML pages."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Cookie, Form, Request, Response, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from coordinator import admin_session
+from coordinator.api.deps import KeysDep, SessionDep, SettingsDep, is_admin_token
+from coordinator.dashboard import dashboard_page, login_page
+
+router = APIRouter(prefix="/admin", include_in_schema=False)
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+SessionCookie = Annotated[str | None, Cookie(alias=admin_session.COOKIE_NAME)]
+
+
+def _html(text: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+def _redirect(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER, headers=SECURITY_HEADERS)
+
+
+@router.get("")
+def dashboard(
+    session: SessionDep, settings: SettingsDep, keys: KeysDep, cookie: SessionCookie = None
+) -> Response:
+    """The budget dashboard, or a redirect to the login form."""
+    if not admin_session.verify(settings.admin_token, cookie):
+        return _redirect("/admin/login")
+    return _html(dashboard_page(session, keys.key_id()))
+
+
+@router.get("/login")
+def login_form() -> HTMLResponse:
+    """The sign-in form."""
+    return _html(login_page())
+
+
+@router.post("/login")
+def login(
+    request: Request, settings: SettingsDep, token: Annotated[str, Form(max_length=1024)] = ""
+) -> Response:
+    """Check the admin token and set the session cookie (HttpOnly, SameSite=Strict)."""
+    if not is_admin_token(settings, token):
+        return _html(login_page("That is not the admin token."), status.HTTP_401_UNAUTHORIZED)
+    response = _redirect("/admin")
+    response.set_cookie(
+        admin_session.COOKIE_NAME,
+        admin_session.issue(settings.admin_token or "", settings.session_max_age_s),
+        max_age=settings.session_max_age_s,
+        path="/admin",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout() -> RedirectResponse:
+    """Forget the session cookie."""
+    response = _redirect("/admin/login")
+    response.delete_cookie(admin_session.COOKIE_NAME, path="/admin")
+    return response

@@ -1,0 +1,32 @@
+"""The merged global model of a study."""
+
+from __future__ import annotations
+
+from common.schemas import ModelPublic
+from fastapi import APIRouter, Header, Response, status
+
+from coordinator.api.deps import SessionDep, StudyReader
+from coordinator.models import Aggregate
+from coordinator.services.aggregate import model_json
+from coordinator.services.studies import study_config
+
+router = APIRouter(prefix="/studies", tags=["models"])
+
+
+@router.get(
+    "/{study_id}/model",
+    response_model=ModelPublic,
+    responses={304: {"description": "unchanged since the ETag in If-None-Match"}},
+)
+def get_model(
+    study: StudyReader, session: SessionDep, if_none_match: str | None = Header(default=None)
+) -> Response:
+    """Merged sums, contributor count and version; ETag / If-None-Match give 304."""
+    aggregate = session.get(Aggregate, study.id)
+    assert aggregate is not None
+    etag = f'"{study.id}-{aggregate.version}"'
+    headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+    if if_none_match and etag in {t.strip() for t in if_none_match.split(",")}:
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    body = model_json(aggregate, study_config(study))
+    return Response(body, media_type="application/json", headers=headers)

@@ -1,0 +1,294 @@
+"""``fedod-coordinator``: run the server and administer studies, participants and keys.
+
+Administrative commands work directly on the database named by ``FEDOD_DATABASE_URL`` (or the
+SQLite file in ``FEDOD_DATA_DIR``) and the key at ``FEDOD_SIGNING_KEY_PATH``; run them on the
+coordinator host. Exit codes: 0 success, 1 refused (unknown name, conflict, invalid input),
+2 usage error, 3 bad configuration (environment), 4 database unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_CONFIG, EXIT_DATABASE = 0, 1, 2, 3, 4
+
+
+def _settings() -> Any:
+    from coordinator.config import Settings
+
+    return Settings()
+
+
+def _session(settings: Any) -> Any:
+    from coordinator.db import make_engine, make_sessionmaker
+
+    return make_sessionmaker(make_engine(settings.resolved_database_url))()
+
+
+def _keys(settings: Any) -> Any:
+    from coordinator.keys import KeyStore
+
+    return KeyStore(settings.resolved_signing_key_path)
+
+
+def _print(obj: Any) -> None:
+    if hasattr(obj, "model_dump"):
+        obj = obj.model_dump(mode="json")
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.migrate import upgrade
+
+    upgrade(settings.resolved_database_url)
+    print("database is at the latest schema version", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
+    if not settings.admin_token:
+        print("error: FEDOD_ADMIN_TOKEN must be set to serve", file=sys.stderr)
+        return EXIT_CONFIG
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    cmd_migrate(args, settings)
+    _keys(settings).ensure()
+    metrics_dir = settings.data_dir / f"prometheus-{os.getpid()}"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    import uvicorn
+
+    from coordinator.logs import log_config
+
+    try:
+        uvicorn.run(
+            "coordinator.main:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_config=log_config(settings.log_level, json_lines=settings.log_json),
+            proxy_headers=True,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_OK
+
+
+def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
+    from common.schemas import StudyCreate
+    from coordinator.services.studies import create_study, study_public
+
+    body = StudyCreate.model_validate_json(Path(args.spec).read_text())
+    with _session(settings) as session:
+        study = create_study(session, _keys(settings), body)
+        _print(study_public(session, study))
+    return EXIT_OK
+
+
+def cmd_study_list(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.services.studies import list_studies, study_public
+
+    with _session(settings) as session:
+        for study in list_studies(session):
+            public = study_public(session, study)
+            print(
+                f"{public.study_id}\tconfig v{public.version}\tmodel v{public.model_version}"
+                f"\t{public.contributors} contributors"
+            )
+    return EXIT_OK
+
+
+def cmd_participant_add(args: argparse.Namespace, settings: Any) -> int:
+    from common.budget import PrivacyBudget
+    from coordinator.services.participants import create_participant
+
+    cap = PrivacyBudget(args.epsilon_cap, args.delta_cap)
+    with _session(settings) as session:
+        participant, token = create_participant(session, args.name, cap)
+    print(f"enrolled {participant.name} with cap {cap}", file=sys.stderr)
+    print("credential (shown once, store it now):", file=sys.stderr)
+    print(token)
+    return EXIT_OK
+
+
+def cmd_participant_list(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.services.participants import list_participants
+
+    with _session(settings) as session:
+        for p in list_participants(session):
+            state = "active" if p.active else "revoked"
+            print(f"{p.name}\t{state}\tspent {p.spent}\tcap {p.cap}")
+    return EXIT_OK
+
+
+def cmd_participant_revoke(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.services.participants import revoke_participant
+
+    with _session(settings) as session:
+        revoke_participant(session, args.name)
+    print(f"revoked {args.name}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_participant_raise_cap(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.services.participants import set_cap
+
+    if args.epsilon_cap is None and args.delta_cap is None:
+        print("error: give --epsilon-cap and/or --delta-cap", file=sys.stderr)
+        return EXIT_USAGE
+    with _session(settings) as session:
+        p = set_cap(session, args.name, epsilon=args.epsilon_cap, delta=args.delta_cap)
+        print(f"{p.name}: cap {p.cap}, spent {p.spent}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_member_add(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.services.studies import add_member
+
+    with _session(settings) as session:
+        add_member(session, args.study, args.participant)
+    print(f"{args.participant} is a member of {args.study}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_rotate_key(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.services.studies import resign_all
+
+    keys = _keys(settings)
+    retired = keys.rotate()
+    with _session(settings) as session:
+        done = resign_all(session, keys)
+    print(f"new key {keys.key_id()}; retired key kept at {retired}", file=sys.stderr)
+    for study_id, version in done:
+        print(f"re-signed {study_id} as config version {version}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_key_show(args: argparse.Namespace, settings: Any) -> int:
+    keys = _keys(settings)
+    print(keys.key_id())
+    print(keys.public_pem(), end="")
+    return EXIT_OK
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        return Decimal(text)
+    except ArithmeticError as exc:
+        raise argparse.ArgumentTypeError(f"not a decimal number: {text!r}") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="fedod-coordinator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[..., int], help_: str, parent: Any = sub) -> Any:
+        p = parent.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        return p
+
+    serve = add("serve", cmd_serve, "migrate the database, then run the HTTP server (uvicorn)")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    add("migrate", cmd_migrate, "upgrade the database schema to the latest version")
+
+    study = sub.add_parser("study", help="create and list studies").add_subparsers(
+        dest="study_command", required=True, metavar="ACTION"
+    )
+    create = add(
+        "create",
+        cmd_study_create,
+        "create a study from a StudyCreate JSON file "
+        "(fresh hash seeds, signed config v1); prints the study",
+        study,
+    )
+    create.add_argument("spec", help="path of a JSON file in the StudyCreate format")
+    add("list", cmd_study_list, "list studies with versions and contributor counts", study)
+
+    part = sub.add_parser("participant", help="enrol, list, revoke, change caps").add_subparsers(
+        dest="participant_command", required=True, metavar="ACTION"
+    )
+    padd = add(
+        "add",
+        cmd_participant_add,
+        "enrol a participant; prints its credential once on stdout",
+        part,
+    )
+    padd.add_argument("name")
+    padd.add_argument("--epsilon-cap", type=_decimal, required=True, help="total epsilon cap")
+    padd.add_argument("--delta-cap", type=_decimal, default=Decimal(0), help="delta cap (0)")
+    add("list", cmd_participant_list, "list participants with spent and cap", part)
+    revoke = add("revoke", cmd_participant_revoke, "revoke a credential (immediate)", part)
+    revoke.add_argument("name")
+    raise_cap = add(
+        "raise-cap",
+        cmd_participant_raise_cap,
+        "change a participant's caps; a cap below what it already spent is refused (exit 1)",
+        part,
+    )
+    raise_cap.add_argument("name")
+    raise_cap.add_argument("--epsilon-cap", type=_decimal)
+    raise_cap.add_argument("--delta-cap", type=_decimal)
+
+    member = sub.add_parser("member", help="study membership").add_subparsers(
+        dest="member_command", required=True, metavar="ACTION"
+    )
+    madd = add("add", cmd_member_add, "let a participant read and contribute to a study", member)
+    madd.add_argument("study")
+    madd.add_argument("participant")
+
+    add(
+        "rotate-key",
+        cmd_rotate_key,
+        "replace the signing key (the old one is kept as "
+        "*.retired-<time>) and re-sign every study's config as version + 1",
+    )
+    key = sub.add_parser("key", help="the signing key").add_subparsers(
+        dest="key_command", required=True, metavar="ACTION"
+    )
+    add("show", cmd_key_show, "print the key fingerprint participants pin, then the PEM", key)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import OperationalError
+
+    from common.errors import FedodError
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = _settings()
+    except ValidationError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        return int(args.func(args, settings))
+    except (FedodError, ValidationError, ValueError, OSError) as exc:
+        message = exc.message if isinstance(exc, FedodError) else str(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_REFUSED
+    except OperationalError as exc:
+        print(f"database unreachable: {exc.orig}", file=sys.stderr)
+        return EXIT_DATABASE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

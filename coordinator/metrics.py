@@ -1,0 +1,42 @@
+"""Prometheus metrics.
+
+With several uvicorn workers, ``fedod-coordinator serve`` sets ``PROMETHEUS_MULTIPROC_DIR``
+before the workers start, and ``/metrics`` aggregates every worker's files
+(prometheus-client multiprocess mode). A single process uses the default registry.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+REQUESTS = Counter(
+    "fedod_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"]
+)
+LATENCY = Histogram(
+    "fedod_http_request_seconds", "HTTP request latency by route", ["method", "route"]
+)
+CONTRIBUTIONS = Counter(
+    "fedod_contributions_total", "Contribution attempts by outcome", ["outcome"]
+)
+EPSILON_CHARGED = Counter(
+    "fedod_epsilon_charged_nano_total", "Epsilon charged to ledgers, in 1e-9 units"
+)
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text for this process, or for all workers in multiprocess mode."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,140 @@
+"""ORM tables. Privacy amounts are integer units (``PrivacyBudget.to_units``), never floats."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from common.budget import PrivacyBudget
+
+
+def utcnow() -> datetime:
+    """Timezone-aware current time in UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that always comes back timezone-aware (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value, dialect):  # type: ignore[no-untyped-def]
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every coordinator table."""
+
+
+class Participant(Base):
+    """An enrolled organisation: credential hash, budget cap and what it has spent."""
+
+    __tablename__ = "participants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    eps_cap: Mapped[int] = mapped_column(BigInteger)
+    delta_cap: Mapped[int] = mapped_column(BigInteger, default=0)
+    eps_spent: Mapped[int] = mapped_column(BigInteger, default=0)
+    delta_spent: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    @property
+    def cap(self) -> PrivacyBudget:
+        return PrivacyBudget.from_units(self.eps_cap, self.delta_cap)
+
+    @property
+    def spent(self) -> PrivacyBudget:
+        return PrivacyBudget.from_units(self.eps_spent, self.delta_spent)
+
+
+class Study(Base):
+    """A study and its current signed config."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config_version: Mapped[int] = mapped_column(Integer)
+    config_payload: Mapped[str] = mapped_column(Text)
+    config_signature: Mapped[str] = mapped_column(String(256))
+    key_id: Mapped[str] = mapped_column(String(128))
+    config_digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Aggregate(Base):
+    """The merged global model of a study; its row is the lock every contribution takes."""
+
+    __tablename__ = "aggregates"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    contributors: Mapped[int] = mapped_column(Integer, default=0)
+    lsh_sum: Mapped[bytes] = mapped_column(LargeBinary)
+    grid_indices: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    grid_values: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Member(Base):
+    """A participant allowed to read and contribute to a study."""
+
+    __tablename__ = "members"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Contribution(Base):
+    """One accepted release, stored as it arrived (encoded counts) for audit and recompute."""
+
+    __tablename__ = "contributions"
+    __table_args__ = (UniqueConstraint("participant_id", "idempotency_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), index=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    idempotency_key: Mapped[str] = mapped_column(String(128))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    config_version: Mapped[int] = mapped_column(Integer)
+    eps_units: Mapped[int] = mapped_column(BigInteger)
+    delta_units: Mapped[int] = mapped_column(BigInteger)
+    lsh_payload: Mapped[str] = mapped_column(Text)
+    grid_payload: Mapped[str | None] = mapped_column(Text, nullable=True)
+    model_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class LedgerEntry(Base):
+    """One itemised charge; rows are only ever inserted (no update or delete path exists)."""
+
+    __tablename__ = "ledger_entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    contribution_id: Mapped[int] = mapped_column(ForeignKey("contributions.id"), index=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"))
+    kind: Mapped[str] = mapped_column(String(8))
+    eps_units: Mapped[int] = mapped_column(BigInteger)
+    delta_units: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,129 @@
+"""Studies: fresh hash seeds, the LSH digest, and the signed config that participants verify."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from functools import lru_cache
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from common.config import SignedConfig, StudyConfig, new_study_config, sign_config
+from common.errors import Conflict, InvalidInput, NotFound
+from common.schemas import StudyCreate, StudyPublic
+from coordinator.keys import KeyStore
+from coordinator.models import Aggregate, Member, Participant, Study, utcnow
+
+log = logging.getLogger("fedod.studies")
+
+
+@lru_cache(maxsize=256)
+def _parse_config(payload: str) -> StudyConfig:
+    return StudyConfig.model_validate_json(payload)
+
+
+def study_config(study: Study) -> StudyConfig:
+    """The study's current config (parsed once per payload and process)."""
+    return _parse_config(study.config_payload)
+
+
+def signed_config(study: Study) -> SignedConfig:
+    return SignedConfig(
+        payload=study.config_payload, signature=study.config_signature, key_id=study.key_id
+    )
+
+
+def _store_signature(study: Study, config: StudyConfig, keys: KeyStore) -> None:
+    signed = sign_config(config, keys.private_key())
+    study.config_version = config.version
+    study.config_payload = signed.payload
+    study.config_signature = signed.signature
+    study.key_id = signed.key_id
+    study.config_digest = signed.digest()
+
+
+def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
+    """Derive fresh seeds and the LSH digest, sign version 1, create an empty model."""
+    if session.get(Study, body.study_id) is not None:
+        raise Conflict(f"study {body.study_id!r} already exists; pick another id")
+    try:
+        config = new_study_config(
+            body.study_id,
+            body.features,
+            privacy=body.privacy,
+            n_tables=body.lsh.n_tables,
+            sample_size=body.lsh.sample_size,
+            grid=body.grid,
+            valid_days=body.valid_days,
+            seed=secrets.token_bytes(32),
+            scoring=getattr(body.lsh, "scoring", None),
+        )
+    except (ValidationError, ValueError) as exc:
+        raise InvalidInput(f"invalid study config: {exc}") from exc
+    study = Study(id=body.study_id)
+    _store_signature(study, config, keys)
+    session.add(study)
+    session.flush()
+    session.add(Aggregate(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
+    session.commit()
+    log.info("study created", extra={"study": study.id, "lsh_cells": config.lsh_cells})
+    return study
+
+
+def get_study(session: Session, study_id: str) -> Study:
+    study = session.get(Study, study_id)
+    if study is None:
+        raise NotFound(f"no study {study_id!r}", study=study_id)
+    return study
+
+
+def list_studies(session: Session) -> list[Study]:
+    return list(session.scalars(select(Study).order_by(Study.id)))
+
+
+def study_public(session: Session, study: Study) -> StudyPublic:
+    aggregate = session.get(Aggregate, study.id)
+    assert aggregate is not None
+    return StudyPublic(
+        study_id=study.id,
+        version=study.config_version,
+        contributors=aggregate.contributors,
+        model_version=aggregate.version,
+        config=signed_config(study),
+    )
+
+
+def add_member(session: Session, study_id: str, participant_name: str) -> None:
+    """Let a participant read and contribute to a study (idempotent)."""
+    study = get_study(session, study_id)
+    participant = session.scalar(select(Participant).where(Participant.name == participant_name))
+    if participant is None:
+        raise NotFound(f"no participant named {participant_name!r}", participant=participant_name)
+    if session.get(Member, (study.id, participant.id)) is None:
+        session.add(Member(study_id=study.id, participant_id=participant.id))
+    session.commit()
+
+
+def resign_all(session: Session, keys: KeyStore) -> list[tuple[str, int]]:
+    """Re-sign every study's config with the current key as version + 1.
+
+    Each study's aggregate row is locked first, the same lock contributions take, so no
+    contribution is checked against a version that changes under it.
+    """
+    done = []
+    for study_id in session.scalars(select(Study.id).order_by(Study.id)).all():
+        session.scalar(select(Aggregate).where(Aggregate.study_id == study_id).with_for_update())
+        study = session.get(Study, study_id, populate_existing=True)
+        assert study is not None
+        config = study_config(study).model_copy(
+            update={
+                "version": study.config_version + 1,
+                "issued_at": utcnow().replace(microsecond=0),
+            }
+        )
+        _store_signature(study, config, keys)
+        done.append((study.id, study.config_version))
+    session.commit()
+    return done

@@ -1,0 +1,110 @@
+"""Coordinator API fixtures: an app per test on SQLite and on PostgreSQL, clients, factories."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine
+
+from coordinator.config import Settings
+from coordinator.main import create_app
+from coordinator.models import Base
+
+ADMIN_TOKEN = "admin-" + secrets.token_urlsafe(24)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path):
+    """A clean database per test: a SQLite file, or freshly created tables in the PG schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'coordinator.db'}"
+    url = request.getfixturevalue("postgres_url")
+    engine = create_engine(url)
+    Base.metadata.drop_all(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def settings(db_url, tmp_path):
+    return Settings(
+        env="production",
+        admin_token=ADMIN_TOKEN,
+        database_url=db_url,
+        data_dir=tmp_path,
+        max_body_bytes=256 * 1024,
+        log_json=True,
+    )
+
+
+@pytest.fixture
+def app(settings):
+    app = create_app(settings)
+    Base.metadata.create_all(app.state.engine)
+    yield app
+    app.state.engine.dispose()
+
+
+@pytest.fixture
+def client(app):
+    with TestClient(app) as c:
+        yield c
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+ADMIN = bearer(ADMIN_TOKEN)
+
+
+@dataclass
+class Enrolled:
+    name: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return bearer(self.token)
+
+
+@pytest.fixture
+def make_participant(client):
+    """Factory: enrol a participant through the API, return its name and credential."""
+
+    def make(name: str = "h1", epsilon_cap: str = "10", delta_cap: str = "0") -> Enrolled:
+        r = client.post(
+            "/v1/participants",
+            json={"name": name, "epsilon_cap": epsilon_cap, "delta_cap": delta_cap},
+            headers=ADMIN,
+        )
+        assert r.status_code == 201, r.text
+        return Enrolled(name, r.json()["token"])
+
+    return make
+
+
+@pytest.fixture
+def make_study(client, coord_kit):
+    """Factory: create a study (and add members); return its signed config JSON."""
+
+    def make(study_id: str = "s1", members=(), **spec) -> dict:
+        r = client.post("/v1/studies", json=coord_kit.study_spec(study_id, **spec), headers=ADMIN)
+        assert r.status_code == 201, r.text
+        for member in members:
+            r2 = client.post(
+                f"/v1/studies/{study_id}/members", json={"participant": member.name}, headers=ADMIN
+            )
+            assert r2.status_code == 204, r2.text
+        return r.json()["config"]
+
+    return make
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
