@@ -2,19 +2,47 @@
 
 Every function here draws its noise from OpenDP's discrete Laplace (two-sided geometric)
 mechanism, which samples from a cryptographically secure source. Never numpy or ``random``.
+
+- :func:`release_lsh`: all ``m`` LSH tables count every local record, so adding or removing
+  one record changes one cell per table: L1 sensitivity ``m``. Every cell, empty or not, gets
+  discrete Laplace noise of ``scale = m / epsilon``; pure epsilon-DP.
+- :func:`release_grid`: one grid has sensitivity 1. Up to ``cell_limit`` cells it is released
+  densely (noise on every cell, ``scale = 1 / epsilon``, pure epsilon-DP). Above, only occupied
+  cells are noised and cells whose noisy count falls below a threshold are dropped
+  (OpenDP ``make_laplace_threshold``; Rogers, "A Unifying Privacy Analysis Framework for
+  Unknown Domain Algorithms in Differential Privacy", 2023): (epsilon, delta)-DP, the threshold
+  chosen as the smallest one whose privacy map meets ``delta``.
+
+The noise is drawn once; a :class:`Release` is immutable and is what a retry re-sends.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import opendp.prelude as dp
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from common.budget import PrivacyBudget
+
+if TYPE_CHECKING:
+    from common.grid import GridSpec
+    from common.hashing import LSHFamily
+
+__all__ = [
+    "Release",
+    "make_count_noise",
+    "make_threshold_noise",
+    "add_discrete_laplace",
+    "release_lsh",
+    "release_grid",
+]
+
+_SLACK = 1 + Decimal("1e-9")
+_MAX_THRESHOLD = 2**40
 
 dp.enable_features("contrib")
 
@@ -91,3 +119,94 @@ class Release:
             ):
                 raise ValueError("sparse indices must match values and increase within n_cells")
             object.__setattr__(self, "indices", indices)
+
+
+def _positive(epsilon: Decimal | int | str) -> PrivacyBudget:
+    budget = PrivacyBudget(epsilon)
+    if budget.epsilon <= 0:
+        raise ValueError(f"epsilon must be positive, got {epsilon}")
+    return budget
+
+
+def make_threshold_noise(
+    epsilon: Decimal | int | str, delta: Decimal | int | str
+) -> tuple[dp.Measurement, int]:
+    """Thresholded discrete Laplace over a sparse ``{cell: count}`` map, sensitivity 1.
+
+    ``scale = 1 / epsilon``; the threshold is the smallest integer whose privacy map at
+    ``(l0, l1, linf) = (1, 1, 1)`` (one record moves one cell by one) is within
+    ``(epsilon, delta)``. Returns the measurement and its threshold.
+    """
+    budget = PrivacyBudget(epsilon, delta)
+    eps, dlt = budget.epsilon, budget.delta
+    if eps <= 0:
+        raise ValueError(f"epsilon must be positive, got {epsilon}")
+    if not 0 < dlt < 1:
+        raise ValueError(
+            f"a sparse release needs 0 < delta < 1, got {delta}: noise on occupied cells "
+            "without a threshold would reveal which cells hold records"
+        )
+    scale = float(1 / eps)
+    domain = dp.map_domain(dp.atom_domain(T=int), dp.atom_domain(T=int))
+    metric = dp.l01inf_distance(dp.absolute_distance(T=int))
+
+    def build(threshold: int) -> tuple[dp.Measurement, bool]:
+        meas = dp.m.make_laplace_threshold(domain, metric, scale=scale, threshold=threshold)
+        spent_eps, spent_delta = meas.map((1, 1, 1))  # type: ignore[no-untyped-call]
+        ok = Decimal(str(spent_delta)) <= dlt
+        if Decimal(str(spent_eps)) > eps * _SLACK:
+            raise ValueError(f"mechanism spends epsilon {spent_eps} > {eps}")
+        return meas, ok
+
+    hi = 1
+    while not build(hi)[1]:
+        hi *= 2
+        if hi > _MAX_THRESHOLD:
+            raise ValueError(f"no threshold meets delta {dlt} at epsilon {eps}")
+    lo = hi // 2  # build(lo) fails, or lo == 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if build(mid)[1]:
+            hi = mid
+        else:
+            lo = mid
+    return build(hi)[0], hi
+
+
+def release_lsh(family: LSHFamily, X: ArrayLike, epsilon: Decimal | int | str) -> Release:
+    """Noisy histogram of all records in all tables, ``scale = n_tables / epsilon``.
+
+    Every record is counted in every table (no fixed-size subsampling, which would break the
+    sensitivity bound) and every cell is noised, so the release is epsilon-DP.
+    """
+    cost = _positive(epsilon)
+    counts = family.histogram(X)
+    noisy = add_discrete_laplace(counts, family.n_tables, cost.epsilon)
+    return Release("lsh", "dense", family.n_cells, noisy, None, cost)
+
+
+def release_grid(
+    spec: GridSpec,
+    X: ArrayLike,
+    epsilon: Decimal | int | str,
+    delta: Decimal | int | str,
+    cell_limit: int,
+) -> Release:
+    """Noisy grid counts: dense and epsilon-DP up to ``cell_limit`` cells, else sparse.
+
+    Dense: every cell (empty ones too) plus discrete Laplace noise, ``scale = 1 / epsilon``;
+    ``delta`` must be 0. Sparse: occupied cells noised and thresholded
+    (:func:`make_threshold_noise`); ``delta`` must be > 0 and is part of the cost.
+    """
+    cost = PrivacyBudget(epsilon, delta)
+    _positive(epsilon)
+    if spec.n_cells <= cell_limit:
+        if cost.delta != 0:
+            raise ValueError("a dense grid release is pure epsilon-DP; pass delta=0")
+        noisy = add_discrete_laplace(spec.dense_counts(X), 1, cost.epsilon)
+        return Release("grid", "dense", spec.n_cells, noisy, None, cost)
+    meas, _ = make_threshold_noise(cost.epsilon, cost.delta)
+    released: dict[int, int] = meas(spec.counts(X))
+    indices = np.array(sorted(released), dtype=np.int64)
+    values = np.array([released[int(i)] for i in indices], dtype=np.int64)
+    return Release("grid", "sparse", spec.n_cells, values, indices, cost)
