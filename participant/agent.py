@@ -120,7 +120,8 @@ class Agent:
                 actual=actual,
             )
         enrolment = Enrolment(
-            coordinator_url.rstrip("/"), token, actual, str(cap.epsilon), str(cap.delta)
+            coordinator_url.rstrip("/"), token, actual,
+            f"{cap.epsilon.normalize():f}", f"{cap.delta.normalize():f}",
         )
         self.state.save_enrolment(enrolment, pem)
         self.ledger().close()
