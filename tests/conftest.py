@@ -108,3 +108,175 @@ class CoordinatorKit:
 def coord_kit():
     """Study and release builders for coordinator tests (see ``CoordinatorKit``)."""
     return CoordinatorKit
+
+
+# --- participant fixtures (a real `fedod-coordinator serve` process on loopback) ------------
+import socket as _socket  # noqa: E402
+import subprocess as _subprocess  # noqa: E402
+import sys as _sys  # noqa: E402
+import time as _time  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
+
+
+class ParticipantCoordinator:
+    """A running coordinator plus admin helpers, for the participant integration tests."""
+
+    def __init__(self, url: str, admin_token: str, data_dir: _Path, proc, log: _Path) -> None:
+        self.url, self.admin_token, self.data_dir, self.proc, self.log = (
+            url, admin_token, data_dir, proc, log
+        )
+
+    def admin(self, method: str, path: str, **kw):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
+        response = httpx.request(method, self.url + path, headers=headers, timeout=30, **kw)
+        response.raise_for_status()
+        return response.json() if response.content else None
+
+    def new_participant(self, name: str, epsilon_cap: str = "100", delta_cap: str = "0") -> str:
+        doc = self.admin("POST", "/v1/participants",
+                         json={"name": name, "epsilon_cap": epsilon_cap, "delta_cap": delta_cap})
+        return doc["token"]
+
+    def new_study(self, study_id: str, features, members=(), **spec) -> dict:
+        body = {"study_id": study_id, "features": features, **spec}
+        study = self.admin("POST", "/v1/studies", json=body)
+        for member in members:
+            self.admin("POST", f"/v1/studies/{study_id}/members", json={"participant": member})
+        return study
+
+    def fingerprint(self) -> str:
+        import httpx
+
+        return httpx.get(self.url + "/v1/key", timeout=10).json()["key_id"]
+
+    def signing_key(self):
+        from common.config import load_private_key
+
+        return load_private_key(self.data_dir / "signing_key.pem")
+
+    def budget(self, name: str) -> dict:
+        return next(b for b in self.admin("GET", "/v1/admin/budget") if b["participant"] == name)
+
+
+def _free_port() -> int:
+    with _socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@_pytest.fixture(scope="session")
+def participant_coordinator(tmp_path_factory):
+    """Start `fedod-coordinator serve` with a temporary SQLite database; stop it after."""
+    import httpx
+
+    data_dir = tmp_path_factory.mktemp("coordinator")
+    port = _free_port()
+    token = _secrets.token_urlsafe(32)
+    env = {**_os.environ, "FEDOD_DATA_DIR": str(data_dir), "FEDOD_ADMIN_TOKEN": token,
+           "FEDOD_ENV": "development", "FEDOD_LOG_JSON": "false"}
+    env.pop("FEDOD_DATABASE_URL", None)
+    env.pop("FEDOD_SIGNING_KEY_PATH", None)
+    log = data_dir / "coordinator.log"
+    exe = _Path(_sys.executable).with_name("fedod-coordinator")
+    with open(log, "wb") as out:
+        proc = _subprocess.Popen([str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                                 env=env, stdout=out, stderr=_subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = _time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or _time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"coordinator did not start:\n{log.read_text()[-3000:]}")
+        _time.sleep(0.2)
+    yield ParticipantCoordinator(url, token, data_dir, proc, log)
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except _subprocess.TimeoutExpired:
+        proc.kill()
+
+
+class RecordingProxy:
+    """HTTP/1.1 loopback proxy that records every request a participant sends.
+
+    ``drop(method, path)`` returning True makes the proxy forward the request upstream, wait
+    for the answer, then close the client connection without relaying it (a network drop
+    after the coordinator has acted); ``hold`` keeps the connection open instead, until the
+    test kills the client. ``dropped`` is set each time that happens.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import socketserver
+        import threading
+
+        import httpx
+
+        self.upstream = httpx.Client(base_url=upstream, timeout=60)
+        self.requests: list[tuple[str, str, dict, bytes]] = []
+        self.drop = lambda method, path: False
+        self.hold = False
+        self.dropped = threading.Event()
+        self.release = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "connection")}
+                proxy.requests.append((self.command, self.path, headers, body))
+                answer = proxy.upstream.request(self.command, self.path, headers=headers,
+                                                content=body)
+                if proxy.drop(self.command, self.path):
+                    proxy.dropped.set()
+                    if proxy.hold:
+                        proxy.release.wait(60)
+                    self.close_connection = True
+                    return
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "content-encoding", "connection",
+                                           "transfer-encoding", "date", "server"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _forward
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def bodies(self, path_part: str = "") -> list[bytes]:
+        return [body for _, path, _, body in self.requests if path_part in path]
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.upstream.close()
+
+
+@_pytest.fixture
+def recording_proxy(participant_coordinator):
+    proxy = RecordingProxy(participant_coordinator.url)
+    yield proxy
+    proxy.close()
