@@ -24,8 +24,17 @@ _CTX = Context(prec=60)
 BudgetLike = Decimal | int | str
 
 
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def exact_decimal(value: object, quantum: Decimal, name: str) -> Decimal:
-    """Convert ``value`` to a Decimal that is an exact multiple of ``quantum``."""
+    """Convert ``value`` to a Decimal that is an exact multiple of ``quantum``.
+
+    Raises ``TypeError`` for floats and other types, ``ValueError`` for anything that is not
+    a finite, non-negative, exactly representable amount.
+    """
     if isinstance(value, bool) or not isinstance(value, Decimal | int | str):
         raise TypeError(
             f"{name} must be a Decimal, int or decimal string, not {type(value).__name__} "
@@ -34,16 +43,18 @@ def exact_decimal(value: object, quantum: Decimal, name: str) -> Decimal:
     try:
         dec = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)
     except InvalidOperation as exc:
-        raise ValueError(f"{name} must be a decimal number, got {value!r}") from exc
+        raise ValueError(f"{name} must be a decimal number, got {_show(value)}") from exc
     if not dec.is_finite():
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be finite, got {_show(value)}")
     if dec < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
+        raise ValueError(f"{name} must be >= 0, got {_show(value)}")
+    if dec.adjusted() > 18:
+        raise ValueError(f"{name} is too large to account for exactly, got {_show(value)}")
     quantised = dec.quantize(quantum, context=_CTX)
     if quantised != dec:
-        raise ValueError(f"{name} must be a multiple of {quantum}, got {value!r}")
+        raise ValueError(f"{name} must be a multiple of {quantum}, got {_show(value)}")
     if quantised / quantum > _MAX_UNITS:
-        raise ValueError(f"{name} is too large to account for exactly, got {value!r}")
+        raise ValueError(f"{name} is too large to account for exactly, got {_show(value)}")
     return quantised
 
 

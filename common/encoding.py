@@ -183,9 +183,7 @@ def decode_counts(
         raise PayloadInvalid(f"counts data is not valid base64: {exc}") from exc
     inflater = zlib.decompressobj()
     try:
-        body = inflater.decompress(raw, size + 1)
-        if len(body) <= size and not inflater.unconsumed_tail:
-            body += inflater.flush(size + 1 - len(body))
+        body = inflater.decompress(raw, size + 1)  # never more than size + 1 bytes out
     except zlib.error as exc:
         raise PayloadInvalid(f"counts data is not a valid zlib stream: {exc}") from exc
     if len(body) > size or inflater.unconsumed_tail:

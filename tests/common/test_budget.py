@@ -35,6 +35,9 @@ def test_no_drift() -> None:
         (1, "1e-19", ValueError, "multiple of 1E-18"),
         (1, "1.5", ValueError, "<= 1"),
         (10**10, 0, ValueError, "too large"),
+        ("1" * 100, 0, ValueError, "too large"),
+        ("1e999999999", 0, ValueError, "too large"),
+        ("1e-999999999", 0, ValueError, "multiple"),
     ],
 )
 def test_invalid(epsilon: object, delta: object, exc: type[Exception], match: str) -> None:
