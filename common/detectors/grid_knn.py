@@ -14,7 +14,7 @@ If fewer than ``k`` records lie within ``max_depth``, the missing records count 
 ``max_depth + 1`` (basic: the score is ``max_depth + 1``), the documented maximum.
 Noisy counts are clamped at 0 before the walk. Instead of enumerating the ``~(2d)^max_depth``
 neighbour cells, scoring scans the released non-empty cells with vectorised L1 distances,
-which gives the same scores.
+which gives the same scores; rows sharing a cell are scored once.
 
 Private mode (``epsilon`` set, standalone ``fit``): every cell of the dense grid gets discrete
 Laplace noise of scale ``1 / epsilon`` (sensitivity 1, OpenDP via
@@ -254,6 +254,7 @@ class GridKNN(BaseDetector):
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
-        query = self.spec_.cell_coords(_as_matrix(X))
-        return knn_grid_scores(query, self._coords, self.cell_counts_, k=self.k,
-                               max_depth=self.max_depth, weighted=self.weighted)
+        cells, inverse = np.unique(self.spec_.cell_index(_as_matrix(X)), return_inverse=True)
+        scores = knn_grid_scores(self.spec_.coords_of(cells), self._coords, self.cell_counts_,
+                                 k=self.k, max_depth=self.max_depth, weighted=self.weighted)
+        return scores[inverse.ravel()]
