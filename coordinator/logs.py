@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +41,7 @@ def log_config(level: str = "INFO", *, json_lines: bool = True) -> dict[str, Any
             "stderr": {
                 "class": "logging.StreamHandler",
                 "formatter": "default",
-                "stream": sys.stderr,
+                "stream": "ext://sys.stderr",
             }
         },
         "loggers": {

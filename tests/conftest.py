@@ -280,3 +280,95 @@ def recording_proxy(participant_coordinator):
     proxy = RecordingProxy(participant_coordinator.url)
     yield proxy
     proxy.close()
+
+
+class CoordinatorServer:
+    """``fedod-coordinator serve`` as a real process group (uvicorn workers) on loopback."""
+
+    def __init__(self, env, workers, tmp_path):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env, self.workers, self.log = env, workers, tmp_path / "server.log"
+        self.proc = None
+
+    def start(self, timeout=60.0):
+        import subprocess
+        import sys
+        import time
+
+        import httpx
+
+        cmd = [sys.executable, "-m", "coordinator.cli", "serve", "--port", str(self.port),
+               "--workers", str(self.workers)]
+        self.proc = subprocess.Popen(cmd, env=self.env, start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"coordinator exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"coordinator not ready: {self.log.read_text()[-2000:]}")
+
+    def kill(self):
+        """SIGKILL the whole process group (master and workers) at once."""
+        import signal
+
+        _os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        import signal
+        import subprocess
+
+        if self.proc is not None and self.proc.poll() is None:
+            _os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@_pytest.fixture
+def coordinator_server(tmp_path):
+    """Factory: ``start(database_url, workers=4)`` a real coordinator; stopped afterwards."""
+    servers = []
+    admin_token = _secrets.token_urlsafe(32)
+
+    def start(database_url, workers=4):
+        env = {**_os.environ, "FEDOD_DATABASE_URL": database_url,
+               "FEDOD_ADMIN_TOKEN": admin_token, "FEDOD_DATA_DIR": str(tmp_path / "data"),
+               "FEDOD_LOG_LEVEL": "WARNING"}
+        server = CoordinatorServer(env, workers, tmp_path)
+        server.admin_token = admin_token
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@_pytest.fixture
+def fresh_postgres_url(postgres_url):
+    """A URL into an empty schema of its own (for a server that runs its own migrations)."""
+    import sqlalchemy as sa
+
+    schema = f"fedod_i_{_secrets.token_hex(6)}"
+    base = _pg_base_url()
+    engine = sa.create_engine(base)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in base else "?"
+    yield f"{base}{sep}options={_quote(f'-csearch_path={schema}')}"
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    engine.dispose()
