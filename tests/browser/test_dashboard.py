@@ -1,0 +1,83 @@
+"""The admin dashboard in real headless Chromium: log in via the form, compare with the ledger."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+
+
+@pytest.fixture
+def browser():
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("chromium and chromedriver are required under CI")
+        pytest.skip("chromium/chromedriver not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--window-size=1280,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def populate(server, coord_kit):
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    rng = np.random.default_rng(3)
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as c:
+        signed = c.post("/v1/studies", json=coord_kit.study_spec("cardio-2026")).json()["config"]
+        c.post("/v1/studies", json=coord_kit.study_spec("breastw", epsilon_lsh="0.25"))
+        for name, cap, releases in [("st-mary", "3", 5), ("charite", "2", 2),
+                                    ("karolinska", "4", 1), ("rigshospitalet", "1", 0)]:
+            token = c.post("/v1/participants", json={"name": name, "epsilon_cap": cap}).json()[
+                "token"]
+            c.post("/v1/studies/cardio-2026/members", json={"participant": name})
+            for _ in range(releases):
+                body, _, _ = coord_kit.release(signed, rng)
+                c.post("/v1/studies/cardio-2026/contributions", json=body,
+                       headers={"Authorization": f"Bearer {token}"})
+        return c.get("/v1/admin/budget").json()
+
+
+def test_dashboard_shows_the_ledger(browser, coordinator_server, tmp_path, coord_kit):
+    from selenium.webdriver.common.by import By
+
+    server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
+    budgets = populate(server, coord_kit)
+    browser.get(server.url + "/admin")
+    assert browser.current_url.endswith("/admin/login")
+    browser.find_element(By.ID, "token").send_keys(server.admin_token)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert browser.current_url.endswith("/admin")
+    assert server.admin_token not in browser.current_url
+    cookie = browser.get_cookie("fedod_admin")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    for b in budgets:
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-participant="{b["participant"]}"]')
+        for field in ("epsilon_cap", "epsilon_spent", "epsilon_remaining"):
+            cell = row.find_element(By.CSS_SELECTOR, f'[data-field="{field}"]')
+            assert Decimal(cell.text) == Decimal(b[field]), (b["participant"], field)
+    total = sum(Decimal(b["epsilon_spent"]) for b in budgets)
+    assert Decimal(browser.find_element(By.ID, "eps-total").text) == total
+    releases = browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")
+    assert len(releases) == sum(len(b["entries"]) for b in budgets)
+    study = browser.find_element(By.CSS_SELECTOR, 'tr[data-study="cardio-2026"]')
+    assert study.find_element(By.CSS_SELECTOR, '[data-field="contributors"]').text == "8"
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
