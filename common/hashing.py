@@ -26,6 +26,7 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 FORMAT_VERSION = 1
 _STREAM_TAG = b"fedod-lsh-stream/1\x00"
 _DIGEST_TAG = b"fedod-lsh-family/1\x00"
-_CHUNK_ROWS = 16384
+_CHUNK_ROWS = 4096
 _MAX_BITS = 40
 
 
@@ -59,6 +60,13 @@ class _Sha256Stream:
     def below(self, n: int) -> int:
         """Integer in ``[0, n)`` as ``floor(u * n)``; bias at most ``n / 2**53``."""
         return min(int(self.uniform() * n), n - 1)
+
+
+def _acc_type(width: int) -> type[np.unsignedinteger[Any]]:
+    """Smallest unsigned type holding ``width``-bit bucket indices."""
+    if width <= 16:
+        return np.uint16
+    return np.uint32 if width <= 32 else np.uint64
 
 
 def _table_bits(stream: _Sha256Stream, sample_size: int) -> int:
@@ -148,32 +156,72 @@ class LSHFamily:
             raise ValueError("X contains NaN or infinite values")
         return arr
 
+    @cached_property
+    def _lookup(self) -> tuple[NDArray[np.intp], list[NDArray[np.float64]], list[NDArray[Any]]]:
+        """Per used feature ``i``: its sorted distinct cuts ``U_i`` and a table ``T_i`` with
+        ``T_i[r, j]`` = the bits of table ``j`` on feature ``i`` that are set when exactly
+        ``r`` cuts of ``U_i`` are ``<= x_i``. Then ``g(x) = sum_i T_i[#(U_i <= x_i)]``."""
+        m, width = self.features.shape
+        active = np.arange(width)[None, :] < self.n_bits[:, None]
+        used = np.unique(self.features[active]).astype(np.intp)
+        dtype = _acc_type(width)
+        cuts: list[NDArray[np.float64]] = []
+        tables: list[NDArray[Any]] = []
+        for i in used:
+            on_i = active & (self.features == i)
+            distinct = np.unique(self.cuts[on_i])
+            table = np.zeros((distinct.size + 1, m), dtype=dtype)
+            for j, k in zip(*np.nonzero(on_i), strict=True):
+                pos = int(np.searchsorted(distinct, self.cuts[j, k]))
+                table[pos + 1:, j] += dtype(1 << int(k))
+            cuts.append(distinct)
+            tables.append(table)
+        return used, cuts, tables
+
+    def _buckets(self, X: ArrayLike, shift: NDArray[np.int64] | None) -> NDArray[np.int64]:
+        arr = self._check(X)
+        n = arr.shape[0]
+        m, width = self.features.shape
+        out = np.empty((n, m), dtype=np.int64)
+        used, cuts, tables = self._lookup
+        if used.size <= width:
+            # few features: one sorted search and one table lookup per feature
+            ranks = [np.searchsorted(cuts[t], arr[:, i], side="right")
+                     for t, i in enumerate(used)]
+            for start in range(0, n, _CHUNK_ROWS):
+                stop = min(start + _CHUNK_ROWS, n)
+                acc = np.zeros((stop - start, m), dtype=tables[0].dtype)
+                for rank, table in zip(ranks, tables, strict=True):
+                    acc += np.take(table, rank[start:stop], axis=0)
+                out[start:stop] = acc
+        else:
+            # many features: one comparison per bit position
+            xt = np.ascontiguousarray(arr.T)
+            dtype = _acc_type(width)
+            weights = [dtype(1 << k) for k in range(width)]
+            cut_cols = self.cuts[:, :, None]
+            for start in range(0, n, _CHUNK_ROWS):
+                block = xt[:, start:start + _CHUNK_ROWS]
+                acc = np.zeros((m, block.shape[1]), dtype=dtype)
+                bit = np.empty((m, block.shape[1]), dtype=np.bool_)
+                for k in range(width):
+                    np.greater_equal(block[self.features[:, k]], cut_cols[:, k], out=bit)
+                    acc += bit * weights[k]
+                out[start:start + _CHUNK_ROWS] = acc.T
+        if shift is not None:
+            out += shift
+        return out
+
     def hash(self, X: ArrayLike) -> NDArray[np.int64]:
         """Bucket index ``g_j(x)`` of every row in every table, shape ``(n, m)``.
 
-        Vectorised over rows and tables, one pass per bit position; unused bit slots have
-        cut ``+inf`` and so contribute 0 for finite inputs.
+        Vectorised over rows and tables. Unused bit slots have cut ``+inf`` and never fire.
         """
-        xt = np.ascontiguousarray(self._check(X).T)
-        m, width = self.features.shape
-        n = xt.shape[1]
-        acc_type: type[np.unsignedinteger[Any]] = np.uint16 if width <= 16 else np.uint64
-        weights = [acc_type(1 << k) for k in range(width)]
-        cuts = self.cuts[:, :, None]
-        out = np.empty((m, n), dtype=np.int64)
-        for start in range(0, n, _CHUNK_ROWS):
-            block = xt[:, start:start + _CHUNK_ROWS]
-            acc = np.zeros((m, block.shape[1]), dtype=acc_type)
-            bit = np.empty((m, block.shape[1]), dtype=np.bool_)
-            for k in range(width):
-                np.greater_equal(block[self.features[:, k]], cuts[:, k], out=bit)
-                acc += bit * weights[k]
-            out[:, start:start + _CHUNK_ROWS] = acc
-        return out.T
+        return self._buckets(X, None)
 
     def flat_index(self, X: ArrayLike) -> NDArray[np.int64]:
         """Index of each row's bucket in the flat count vector, shape ``(n, m)``."""
-        return self.hash(X) + self.offsets[:-1]
+        return self._buckets(X, self.offsets[:-1])
 
     def histogram(self, X: ArrayLike) -> NDArray[np.int64]:
         """Counts of all rows in all tables, the flat ``(n_cells,)`` int64 vector."""

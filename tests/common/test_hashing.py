@@ -77,15 +77,22 @@ def test_table_sizes_follow_the_paper(sample_size: int) -> None:
     assert np.all(np.isinf(fam.cuts[~active]))
 
 
-def test_hash_matches_definition() -> None:
-    fam = family(n_tables=20)
-    X = np.random.default_rng(0).uniform(LO, HI, size=(50, 3))
-    expected = np.zeros((50, 20), dtype=np.int64)
+@pytest.mark.parametrize(
+    ("d", "sample_size"),
+    [(3, 1000), (40, 16)],  # few features: lookup-table path; many: per-bit path
+)
+def test_hash_matches_definition(d: int, sample_size: int) -> None:
+    rng = np.random.default_rng(d)
+    lo, hi = -rng.random(d), rng.random(d)
+    fam = derive_lsh_family(SEED, lo, hi, 20, sample_size)
+    X = rng.uniform(lo, hi, size=(5000, d))
+    X[:20] = fam.cuts[np.arange(20), 0][:, None]  # rows exactly on cuts: x >= c sets the bit
+    expected = np.zeros((5000, 20), dtype=np.int64)
     for j in range(20):
         for k in range(fam.n_bits[j]):
             expected[:, j] |= (X[:, fam.features[j, k]] >= fam.cuts[j, k]).astype(int) << k
     got = fam.hash(X)
-    assert got.dtype == np.int64 and got.shape == (50, 20)
+    assert got.dtype == np.int64 and got.shape == (5000, 20)
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(fam.flat_index(X), expected + fam.offsets[:-1])
 
