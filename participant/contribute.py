@@ -61,6 +61,8 @@ def _merge_sparse(
     cells: NDArray[np.int64], counts: NDArray[np.int64], new_cells: NDArray[np.int64]
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Add the records in ``new_cells`` to the sorted sparse histogram ``(cells, counts)``."""
+    if new_cells.size == 0:
+        return cells, counts
     u, c = np.unique(new_cells, return_counts=True)
     all_cells = np.concatenate([cells, u])
     all_counts = np.concatenate([counts, c.astype(np.int64)])

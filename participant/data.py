@@ -172,7 +172,8 @@ class DataSource:
         if self.kind == "parquet":
             meta = pq.read_metadata(self.path)
             bar.total = meta.num_rows
-            batches = pq.ParquetFile(self.path).iter_batches(
+            # pre_buffer=False: pyarrow's default pre-buffers whole row groups (~the file).
+            batches = pq.ParquetFile(self.path, pre_buffer=False).iter_batches(
                 batch_size=self.chunk_rows, columns=self.columns
             )
             yield from self._checked(batches, bar)

@@ -106,7 +106,13 @@ class Ledger:
         """Raise BudgetExceeded if ``cost`` would take spending past ``cap``."""
         spent = self.spent()
         if not (spent + cost).fits_within(cap):
-            raise BudgetExceeded(spent=spent, asked=cost, cap=cap, source="local ledger")
+            raise BudgetExceeded(
+                f"privacy budget exceeded (local cap): already spent {spent}, this release "
+                f"asks {cost}, the local cap is {cap}; nothing was released and no noise was "
+                f"drawn. The local cap is set at enrolment (--epsilon-cap/--delta-cap) and no "
+                f"coordinator config can raise it.",
+                spent=spent, asked=cost, cap=cap, source="local ledger",
+            )
 
     def reserve(
         self,

@@ -1,0 +1,182 @@
+"""Contribute flow against a fake coordinator (httpx.MockTransport): retries, recovery, caps."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.budget import PrivacyBudget
+from common.config import (
+    FeatureSpec,
+    GridParams,
+    PrivacyParams,
+    generate_key,
+    key_fingerprint,
+    new_study_config,
+    public_key_pem,
+    sign_config,
+)
+from common.encoding import EncodedCounts, decode_counts
+from common.errors import BudgetExceeded, CoordinatorUnavailable, SchemaMismatch
+from participant import contribute as rel
+from participant.agent import Agent, DataOptions
+from participant.cli import exit_code
+from participant.client import CoordinatorRefused
+from participant.data import DataSource, DataSpec
+
+FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]
+
+
+class FakeCoordinator:
+    """Serves /v1/key and a signed config; answers contributions with ``status`` (a list)."""
+
+    def __init__(self, grid: GridParams | None = None, delta: str = "0") -> None:
+        self.key = generate_key()
+        privacy = PrivacyParams(epsilon_lsh="1", epsilon_grid="0.5" if grid else "0",
+                                delta_grid=delta)
+        self.config = new_study_config("s1", FEATS, privacy=privacy, n_tables=8, grid=grid)
+        self.signed = sign_config(self.config, self.key)
+        self.posts: list[bytes] = []
+        self.status: list[int] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/key":
+            return httpx.Response(200, json={"key_id": key_fingerprint(self.key),
+                                             "public_key_pem": public_key_pem(self.key)})
+        if path.endswith("/config"):
+            return httpx.Response(200, text=self.signed.model_dump_json())
+        self.posts.append(request.content)
+        code = self.status.pop(0) if self.status else 201
+        if code >= 400:
+            return httpx.Response(code, json={"detail": "privacy budget exceeded" if code == 409
+                                              else "unavailable"})
+        return httpx.Response(code, json={"id": len(self.posts), "model_version": 1})
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "d.csv"
+    X = np.random.default_rng(0).uniform(0, 1, size=(300, 3))
+    np.savetxt(path, X, delimiter=",", header="a,b,c", comments="")
+    return path
+
+
+def agent_for(fake, tmp_path, cap="10", delta_cap="0", max_tries=3):
+    agent = Agent(tmp_path / "state", transport=httpx.MockTransport(fake), sleep=lambda s: None,
+                  max_tries=max_tries)
+    agent.enrol("http://coord.test", "tok", key_fingerprint(fake.key), epsilon_cap=cap,
+                delta_cap=delta_cap)
+    return agent
+
+
+def test_unavailable_coordinator_keeps_the_release_and_the_next_run_resends_it(tmp_path, data):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path)
+    fake.status = [503] * 3
+    with pytest.raises(CoordinatorUnavailable) as info:
+        agent.contribute("s1", data, DataOptions())
+    assert exit_code(info.value) == 6
+    with agent.ledger() as ledger:
+        assert [e.status for e in ledger.entries()] == ["stored"]
+    outcome = agent.contribute("s1", data, DataOptions())
+    assert outcome.sent[0].resent and len(fake.posts) == 4 and len(set(fake.posts)) == 1
+    with agent.ledger() as ledger:
+        assert [e.status for e in ledger.entries()] == ["acknowledged"]
+        assert ledger.spent() == PrivacyBudget("1")
+    fresh = agent.contribute("s1", data, DataOptions())  # nothing pending: a new release
+    assert not fresh.sent[0].resent and fake.posts[-1] != fake.posts[0]
+    assert agent.spent() == PrivacyBudget("2")
+
+
+def test_coordinator_budget_refusal_is_final_and_still_counted_locally(tmp_path, data):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path)
+    fake.status = [409]
+    with pytest.raises(CoordinatorRefused) as info:
+        agent.contribute("s1", data, DataOptions())
+    assert exit_code(info.value) == 5 and len(fake.posts) == 1
+    with agent.ledger() as ledger:
+        assert [e.status for e in ledger.entries()] == ["rejected"]
+        assert ledger.spent() == PrivacyBudget("1")  # the bytes left the machine
+
+
+def test_local_cap_refuses_before_reading_data_or_drawing_noise(tmp_path):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path, cap="0.5")
+    with pytest.raises(BudgetExceeded) as info:
+        agent.contribute("s1", tmp_path / "does-not-exist.csv", DataOptions())
+    assert exit_code(info.value) == 5 and fake.posts == []
+    assert list((tmp_path / "state" / "outbox").iterdir()) == []
+
+
+def test_invalid_data_draws_no_noise(tmp_path):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n0.1,0.2\n")
+    with pytest.raises(SchemaMismatch) as info:
+        agent.contribute("s1", bad, DataOptions())
+    assert exit_code(info.value) == 3 and fake.posts == []
+    with agent.ledger() as ledger:
+        assert ledger.entries() == []
+
+
+def test_sparse_grid_release_sends_thresholded_cells_and_delta(tmp_path, data):
+    fake = FakeCoordinator(GridParams(bins=4, k=5, cell_limit=16), delta="1e-6")
+    agent = agent_for(fake, tmp_path, delta_cap="1e-5")
+    agent.contribute("s1", data, DataOptions(chunk_rows=50))
+    body = json.loads(fake.posts[0])
+    assert body["delta"] == "0.000001"
+    grid = EncodedCounts.model_validate(body["grid"])
+    idx, values = decode_counts(grid, expected_cells=64)
+    assert grid.layout == "sparse" and idx is not None and len(idx) <= 64
+    assert agent.spent() == PrivacyBudget("1.5", "1e-6")
+
+
+def test_recover_abandons_unstored_and_resends_stored(tmp_path):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path)
+    with agent.ledger() as ledger:
+        for key in ("never-stored-0000", "was-stored-000000"):
+            ledger.reserve(idempotency_key=key, study="s1", config_version=1,
+                           config_digest="0" * 64, cost=PrivacyBudget("1"),
+                           cap=PrivacyBudget("10"))
+        agent.state.outbox_path("was-stored-000000").write_bytes(b"{}")
+        rel.recover(agent.state, ledger)
+        assert {e.idempotency_key: e.status for e in ledger.entries()} == {
+            "never-stored-0000": "abandoned", "was-stored-000000": "stored"}
+        assert ledger.spent() == PrivacyBudget("1")
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_chunked_histograms_equal_whole_file_histograms(tmp_path, data, dense):
+    config = FakeCoordinator(GridParams(bins=3, k=5)).config
+    spec = DataSpec.from_config(config)
+    whole = np.loadtxt(data, delimiter=",", skiprows=1)
+    exact = rel.exact_histograms(DataSource(data, spec, chunk_rows=40), config.lsh_family(),
+                                 config.grid_spec(), dense_grid=dense)
+    np.testing.assert_array_equal(exact.lsh, config.lsh_family().histogram(whole))
+    expected = config.grid_spec().dense_counts(whole)
+    if dense:
+        np.testing.assert_array_equal(exact.grid_dense, expected)
+    else:
+        np.testing.assert_array_equal(exact.grid_cells, np.flatnonzero(expected))
+        np.testing.assert_array_equal(exact.grid_counts, expected[expected > 0])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 50), max_size=30), max_size=6))
+def test_sparse_merge_is_a_sum(chunks):
+    cells = counts = np.empty(0, dtype=np.int64)
+    for chunk in chunks:
+        cells, counts = rel._merge_sparse(cells, counts, np.array(chunk, dtype=np.int64))
+    flat = np.array([c for chunk in chunks for c in chunk], dtype=np.int64)
+    u, c = np.unique(flat, return_counts=True)
+    np.testing.assert_array_equal(cells, u)
+    np.testing.assert_array_equal(counts, c)
