@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -178,11 +179,17 @@ class LSHFamily:
             tables.append(table)
         return used, cuts, tables
 
-    def _buckets(self, X: ArrayLike, shift: NDArray[np.int64] | None) -> NDArray[np.int64]:
-        arr = self._check(X)
+    def iter_flat_index(self, X: ArrayLike) -> Iterator[tuple[int, NDArray[np.int64]]]:
+        """``flat_index`` in row blocks: yields ``(start, block)`` with ``block`` the flat
+        indices of rows ``start:start + len(block)``. Keeps memory at a few MB for any n."""
+        shift = self.offsets[:-1]
+        for start, block in self._blocks(self._check(X)):
+            yield start, np.add(block, shift, dtype=np.int64)
+
+    def _blocks(self, arr: NDArray[np.float64]) -> Iterator[tuple[int, NDArray[Any]]]:
+        """Row blocks of bucket indices (unsigned, ``(rows, m)``)."""
         n = arr.shape[0]
         m, width = self.features.shape
-        out = np.empty((n, m), dtype=np.int64)
         used, cuts, tables = self._lookup
         if used.size <= width:
             # few features: one sorted search and one table lookup per feature
@@ -193,7 +200,7 @@ class LSHFamily:
                 acc = np.zeros((stop - start, m), dtype=tables[0].dtype)
                 for rank, table in zip(ranks, tables, strict=True):
                     acc += np.take(table, rank[start:stop], axis=0)
-                out[start:stop] = acc
+                yield start, acc
         else:
             # many features: one comparison per bit position
             xt = np.ascontiguousarray(arr.T)
@@ -202,31 +209,34 @@ class LSHFamily:
             cut_cols = self.cuts[:, :, None]
             for start in range(0, n, _CHUNK_ROWS):
                 block = xt[:, start:start + _CHUNK_ROWS]
-                acc = np.zeros((m, block.shape[1]), dtype=dtype)
+                acc_t = np.zeros((m, block.shape[1]), dtype=dtype)
                 bit = np.empty((m, block.shape[1]), dtype=np.bool_)
                 for k in range(width):
                     np.greater_equal(block[self.features[:, k]], cut_cols[:, k], out=bit)
-                    acc += bit * weights[k]
-                out[start:start + _CHUNK_ROWS] = acc.T
-        if shift is not None:
-            out += shift
-        return out
+                    acc_t += bit * weights[k]
+                yield start, acc_t.T
 
     def hash(self, X: ArrayLike) -> NDArray[np.int64]:
         """Bucket index ``g_j(x)`` of every row in every table, shape ``(n, m)``.
 
         Vectorised over rows and tables. Unused bit slots have cut ``+inf`` and never fire.
         """
-        return self._buckets(X, None)
+        arr = self._check(X)
+        out = np.empty((arr.shape[0], self.n_tables), dtype=np.int64)
+        for start, block in self._blocks(arr):
+            out[start:start + block.shape[0]] = block
+        return out
 
     def flat_index(self, X: ArrayLike) -> NDArray[np.int64]:
         """Index of each row's bucket in the flat count vector, shape ``(n, m)``."""
-        return self._buckets(X, self.offsets[:-1])
+        return self.hash(X) + self.offsets[:-1]
 
     def histogram(self, X: ArrayLike) -> NDArray[np.int64]:
         """Counts of all rows in all tables, the flat ``(n_cells,)`` int64 vector."""
-        idx = self.flat_index(X)
-        return np.bincount(idx.ravel(), minlength=self.n_cells).astype(np.int64)
+        counts = np.zeros(self.n_cells, dtype=np.int64)
+        for _, block in self.iter_flat_index(X):
+            counts += np.bincount(block.ravel(), minlength=self.n_cells)
+        return counts
 
 
 def derive_lsh_family(

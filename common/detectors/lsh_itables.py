@@ -81,6 +81,19 @@ def cell_scores(family: LSHFamily, counts: ArrayLike, scoring: Scoring) -> NDArr
     return np.maximum(c + shift, 0.0) / total
 
 
+def _subsample_histogram(
+    family: LSHFamily, arr: NDArray[np.float64], rows: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Flat histogram where table ``j`` counts only the rows ``rows[j]`` (the paper's
+    subsampling; non-private use only). Hashes each table on its own sample."""
+    width = family.features.shape[1]
+    values = arr[rows[:, :, None], family.features[:, None, :]]  # (m, s, L)
+    bits = values >= family.cuts[:, None, :]  # unused slots: cut +inf -> 0
+    buckets = (bits.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=2)
+    flat = buckets + family.offsets[:-1, None]
+    return np.bincount(flat.ravel(), minlength=family.n_cells).astype(np.int64)
+
+
 class LSHiTables(BaseDetector):
     """LSH iTables outlier detector (Li & Pham), optionally differentially private.
 
@@ -164,23 +177,20 @@ class LSHiTables(BaseDetector):
         self._check_contamination()
         arr = _as_matrix(X)
         family = self._derive(arr)
-        idx = family.flat_index(arr)
         if self.epsilon is not None:
-            exact = np.bincount(idx.ravel(), minlength=family.n_cells)
-            counts = add_discrete_laplace(exact, family.n_tables, self.epsilon)
+            counts = add_discrete_laplace(family.histogram(arr), family.n_tables, self.epsilon)
         elif self.subsample and arr.shape[0] > self.sample_size:
             rng = np.random.default_rng(self.random_state)
             n = arr.shape[0]
             rows = np.stack(
                 [rng.choice(n, self.sample_size, replace=False) for _ in range(family.n_tables)]
             )
-            picked = np.take_along_axis(idx.T, rows, axis=1)
-            counts = np.bincount(picked.ravel(), minlength=family.n_cells)
+            counts = _subsample_histogram(family, arr, rows)
         else:
-            counts = np.bincount(idx.ravel(), minlength=family.n_cells)
+            counts = family.histogram(arr)
         self._set_model(family, counts, self.scoring or ("log" if self.epsilon is None
                                                           else "mass"))
-        self.decision_scores_ = self._score_index(idx)
+        self.decision_scores_ = self._score(arr)
         self.threshold_ = float(np.quantile(self.decision_scores_, 1.0 - self.contamination))
         self.labels_ = (self.decision_scores_ > self.threshold_).astype(np.int64)
         return self
@@ -217,12 +227,15 @@ class LSHiTables(BaseDetector):
         self.histograms_ = np.asarray(counts, dtype=np.int64)
         self.cell_scores_ = cell_scores(family, self.histograms_, scoring)
 
-    def _score_index(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
-        scores: NDArray[np.float64] = -np.mean(self.cell_scores_[idx], axis=1)
+    def _score(self, arr: NDArray[np.float64]) -> NDArray[np.float64]:
+        scores = np.empty(arr.shape[0], dtype=np.float64)
+        for start, block in self.family_.iter_flat_index(arr):
+            scores[start:start + block.shape[0]] = self.cell_scores_[block].sum(axis=1)
+        scores *= -1.0 / self.family_.n_tables
         return scores
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Negated mean per-table cell score of each row; higher = more outlying."""
         if not hasattr(self, "family_"):
             raise NotFittedError("LSHiTables is not fitted: call fit or from_histogram")
-        return self._score_index(self.family_.flat_index(_as_matrix(X)))
+        return self._score(_as_matrix(X))

@@ -14,7 +14,7 @@ import common.detectors.grid_knn as grid_knn_module
 import common.detectors.lsh_itables as lsh_module
 from common.detectors import BaseDetector, GridKNN, LSHiTables, NotFittedError
 from common.detectors.grid_knn import knn_grid_scores
-from common.detectors.lsh_itables import cell_scores
+from common.detectors.lsh_itables import _subsample_histogram, cell_scores
 from common.grid import GridSpec
 from common.hashing import derive_lsh_family
 
@@ -77,6 +77,19 @@ def test_lsh_fit_is_reproducible() -> None:
     a = LSHiTables(random_state=3).fit(X).decision_scores_
     b = LSHiTables(random_state=3).fit(X).decision_scores_
     np.testing.assert_array_equal(a, b)
+
+
+def test_lsh_subsampling_counts_sample_size_records_per_table() -> None:
+    X = blobs(2000)
+    det = LSHiTables(n_tables=40, sample_size=100, random_state=2).fit(X)
+    fam = det.family_
+    np.testing.assert_array_equal(np.add.reduceat(det.histograms_, fam.offsets[:-1]),
+                                  np.full(40, 100))
+    rows = np.random.default_rng(0).integers(0, len(X), size=(40, 100))
+    expected = np.zeros(fam.n_cells, dtype=np.int64)
+    for j in range(40):
+        np.add.at(expected, fam.flat_index(X[rows[j]])[:, j], 1)
+    np.testing.assert_array_equal(_subsample_histogram(fam, X, rows), expected)
 
 
 @pytest.mark.parametrize("scoring", ["log", "mass"])
