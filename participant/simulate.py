@@ -1,0 +1,298 @@
+"""``fedod-simulate``: the whole system on one machine, for real.
+
+Starts a coordinator process on loopback (SQLite in a temporary directory unless
+``--database-url``), creates a study and N hospitals through the real admin API, splits a real
+medical dataset across them unevenly (see :mod:`participant.demo_data`), runs every hospital
+as its own ``fedod-participant`` process over HTTP (enrol, contribute, score), and prints per
+hospital: its size, AUC scoring alone, AUC with the federated private model, AUC of a
+centralised non-private model on the pooled data, and epsilon spent / cap.
+
+The labels never leave the simulation: each hospital's CSV carries them for evaluation only,
+and the participant CLI is told to ignore that column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from common.detectors import LSHiTables
+from participant import demo_data as dd
+
+STUDY = "sim-study"
+GRID_FEATURES = 3
+
+
+@dataclass
+class HospitalResult:
+    """One row of the simulation table."""
+
+    hospital: str
+    kind: str
+    records: int
+    outliers: int
+    auc_alone: float
+    auc_federated: float
+    auc_centralised: float
+    epsilon_spent: str
+    epsilon_cap: str
+    scores: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _auc(y: np.ndarray, score: np.ndarray) -> float:
+    if len(set(y.tolist())) < 2:
+        return float("nan")
+    return round(100 * float(roc_auc_score(y, score)), 1)
+
+
+def start_coordinator(workdir: Path, database_url: str | None, port: int) -> tuple[Any, str, str]:
+    """Start ``fedod-coordinator serve`` and wait until ``/readyz`` answers 200."""
+    token = secrets.token_urlsafe(32)
+    env = dict(os.environ, FEDOD_DATA_DIR=str(workdir / "coordinator"), FEDOD_ADMIN_TOKEN=token)
+    if database_url:
+        env["FEDOD_DATABASE_URL"] = database_url
+    log = (workdir / "coordinator.log").open("wb")
+    cmd = [sys.executable, "-m", "coordinator.cli", "serve", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"coordinator exited early; see {workdir / 'coordinator.log'}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc, url, token
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"coordinator did not become ready; see {workdir / 'coordinator.log'}")
+
+
+def study_request(data: dd.Dataset, epsilon: Decimal) -> dict[str, Any]:
+    """The study an administrator would create for this dataset (public bounds only)."""
+    bounds = dd.study_bounds(data.X)
+    features = [{"name": n, "lo": lo, "hi": hi} for n, (lo, hi) in zip(data.features, bounds)]
+    eps_grid = (epsilon / 5).quantize(Decimal("0.000001"))
+    return {
+        "study_id": STUDY,
+        "features": features,
+        "lsh": {"n_tables": 100, "sample_size": 4},
+        "grid": {
+            "bins": 4,
+            "features": data.features[-GRID_FEATURES:] if len(data.features) > 3 else None,
+            "k": 10,
+            "max_depth": 3,
+        },
+        "privacy": {"epsilon_lsh": str(epsilon - eps_grid), "epsilon_grid": str(eps_grid)},
+    }
+
+
+def _run_all(cmds: list[list[str]], logs: list[Path]) -> None:
+    """Run one process per hospital concurrently; fail loudly if any fails."""
+    procs = []
+    for cmd, log in zip(cmds, logs, strict=True):
+        with log.open("ab") as fh:
+            procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT))
+    for proc, log in zip(procs, logs, strict=True):
+        if proc.wait() != 0:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise SystemExit(f"hospital process failed ({' '.join(proc.args)}):\n{tail}")
+
+
+def run(args: argparse.Namespace) -> tuple[list[HospitalResult], dict[str, Any]]:
+    """Run the simulation; return the table rows and run facts."""
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fedod-sim-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.dataset:
+        data = dd.load_csv_dataset(Path(args.dataset), args.label_column)
+    else:
+        data = dd.load_breast_cancer_outliers(args.seed)
+    hospitals = dd.split_hospitals(data.y, args.hospitals, args.seed)
+    epsilon = Decimal(args.epsilon)
+    proc, url, admin = start_coordinator(workdir, args.database_url, args.port or _free_port())
+    try:
+        rows, facts = _simulate(args, workdir, data, hospitals, epsilon, url, admin)
+    except BaseException:
+        proc.terminate()
+        raise
+    facts.update(coordinator=url, admin_token=admin, workdir=str(workdir))
+    if args.serve:
+        facts["coordinator_pid"] = proc.pid
+        return rows, facts | {"_proc": proc}
+    proc.terminate()
+    proc.wait(timeout=20)
+    return rows, facts
+
+
+def _simulate(
+    args: argparse.Namespace,
+    workdir: Path,
+    data: dd.Dataset,
+    hospitals: list[dd.Hospital],
+    epsilon: Decimal,
+    url: str,
+    admin: str,
+) -> tuple[list[HospitalResult], dict[str, Any]]:
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
+    r = api.post("/v1/studies", json=study_request(data, epsilon))
+    r.raise_for_status()
+    fingerprint = api.get("/v1/key").json()["key_id"]
+    cap = str(epsilon * args.cap_releases)
+    cli = [sys.executable, "-m", "participant.cli", "--no-progress"]
+    for h in hospitals:
+        hdir = workdir / h.name
+        hdir.mkdir(exist_ok=True)
+        dd.write_hospital_csv(hdir / "data.csv", data, h.rows)
+        r = api.post("/v1/participants", json={"name": h.name, "epsilon_cap": cap})
+        r.raise_for_status()
+        token_file = hdir / "token"
+        token_file.write_text(r.json()["token"])
+        token_file.chmod(0o600)
+        api.post(f"/v1/studies/{STUDY}/members", json={"participant": h.name}).raise_for_status()
+    logs = [workdir / h.name / "participant.log" for h in hospitals]
+    state = [["--state", str(workdir / h.name / "state")] for h in hospitals]
+    cols = ["--id-column", dd.ID_COLUMN, "--ignore-column", dd.LABEL_COLUMN]
+    say = print if not args.json else (lambda *_: None)
+    say(f"coordinator {url}; {len(hospitals)} hospitals enrolled; releasing noisy histograms ...")
+    _run_all(
+        [
+            [*cli, *s, "enrol", "--coordinator", url, "--fingerprint", fingerprint,
+             "--token-file", str(workdir / h.name / "token"), "--epsilon-cap", cap]
+            for h, s in zip(hospitals, state)
+        ],
+        logs,
+    )
+    data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
+    _run_all([[*cli, *s, "contribute", *d] for s, d in zip(state, data_args)], logs)
+    say("every hospital contributed; scoring locally with the global model ...")
+    outs = [workdir / h.name / "scores.csv" for h in hospitals]
+    _run_all(
+        [[*cli, *s, "score", *d, "--output", str(o)] for s, d, o in zip(state, data_args, outs)],
+        logs,
+    )
+    budgets = {b["participant"]: b for b in api.get("/v1/admin/budget").json()}
+    central = LSHiTables(random_state=args.seed).fit(data.X)
+    rows = []
+    for h, out in zip(hospitals, outs):
+        y = data.y[h.rows]
+        fed = _read_scores(out, [f"r{r:06d}" for r in h.rows])
+        alone = LSHiTables(random_state=args.seed).fit(data.X[h.rows])
+        rows.append(
+            HospitalResult(
+                hospital=h.name,
+                kind=h.kind,
+                records=int(h.rows.size),
+                outliers=int(y.sum()),
+                auc_alone=_auc(y, alone.decision_function(data.X[h.rows])),
+                auc_federated=_auc(y, fed),
+                auc_centralised=_auc(y, central.decision_function(data.X[h.rows])),
+                epsilon_spent=budgets[h.name]["epsilon_spent"],
+                epsilon_cap=budgets[h.name]["epsilon_cap"],
+                scores=str(out),
+            )
+        )
+    facts = {"dataset": data.name, "seed": args.seed, "epsilon_per_release": str(epsilon),
+             "split": {h.name: h.rows.size for h in hospitals}}
+    return rows, facts
+
+
+def _read_scores(path: Path, keys: list[str]) -> np.ndarray:
+    import csv
+
+    with path.open(newline="") as fh:
+        by_key = {row[dd.ID_COLUMN]: float(row["outlier_score"]) for row in csv.DictReader(fh)}
+    return np.array([by_key[k] for k in keys])
+
+
+def format_table(rows: list[HospitalResult]) -> str:
+    """The table a person reads: one line per hospital."""
+    head = ("hospital", "kind", "records", "outliers", "AUC alone", "AUC federated",
+            "AUC centralised", "epsilon spent/cap")
+    body = [
+        (r.hospital, r.kind, str(r.records), str(r.outliers), f"{r.auc_alone:.1f}",
+         f"{r.auc_federated:.1f}", f"{r.auc_centralised:.1f}",
+         f"{r.epsilon_spent}/{r.epsilon_cap}")
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in (head, *body)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fedod-simulate",
+        description="Run a coordinator and N hospitals as real processes on this machine, "
+        "split a real medical dataset across them, and compare AUC alone / federated "
+        "(private) / centralised (non-private).",
+    )
+    p.add_argument("--hospitals", type=int, default=3, help="number of hospitals, >= 2 (3)")
+    p.add_argument("--epsilon", default="1.0",
+                   help="epsilon each hospital spends on its one release, LSH + grid (1.0)")
+    p.add_argument("--cap-releases", type=int, default=3,
+                   help="each hospital's cap, in releases of --epsilon (3)")
+    p.add_argument("--dataset", help="CSV with a header, numeric features and a 0/1 label "
+                   "column (default: scikit-learn's bundled breast cancer data)")
+    p.add_argument("--label-column", default=dd.LABEL_COLUMN, help="label column (label)")
+    p.add_argument("--seed", type=int, default=7, help="seed of the split and of the "
+                   "non-private baselines (7); privacy noise is never seeded")
+    p.add_argument("--database-url", help="coordinator database (default: SQLite in workdir)")
+    p.add_argument("--workdir", help="where data, state and score files go (default: temp)")
+    p.add_argument("--port", type=int, default=0, help="coordinator port (default: free)")
+    p.add_argument("--serve", action="store_true",
+                   help="keep the coordinator running afterwards (Ctrl-C stops it)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.hospitals < 2:
+        build_parser().error("--hospitals must be at least 2")
+    rows, facts = run(args)
+    proc = facts.pop("_proc", None)
+    if args.json:
+        print(json.dumps({"hospitals": [asdict(r) for r in rows], **facts}, indent=2))
+    else:
+        split = ", ".join(f"{k} {v}" for k, v in facts["split"].items())
+        print(f"\ndataset: {facts['dataset']}; seed {facts['seed']}; split: {split}")
+        print(f"epsilon per hospital release: {facts['epsilon_per_release']}\n")
+        print(format_table(rows))
+        print(f"\nscore files: {facts['workdir']}/<hospital>/scores.csv")
+        print(f"dashboard:   {facts['coordinator']}/admin  (admin token: {facts['admin_token']})")
+        if proc is None:
+            print("             (the coordinator has stopped; rerun with --serve to browse it)")
+    if proc is not None:
+        print("coordinator running; Ctrl-C to stop", file=sys.stderr)
+        try:
+            proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
