@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
@@ -30,13 +30,14 @@ from common.config import (
     verify_config,
 )
 from common.errors import ConfigError, SignatureInvalid
-from participant import contribute as rel
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
 from participant.ledger import Ledger
-from participant.model import fetch_model, model_detectors
-from participant.scoring import ScoreSummary, score_source
 from participant.state import Enrolment, StateDir, check_study_id, write_private
+
+if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
+    from participant.contribute import SendResult
+    from participant.scoring import ScoreSummary
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class DataOptions:
 class ContributeOutcome:
     """What ``contribute`` did; ``clipped`` is local information only."""
 
-    sent: list[rel.SendResult] = field(default_factory=list)
+    sent: list[SendResult] = field(default_factory=list)
     clipped: dict[str, int] = field(default_factory=dict)
     spent: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
     cap: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
@@ -171,6 +172,8 @@ class Agent:
 
     def contribute(self, study: str, path: str | Path, options: DataOptions) -> ContributeOutcome:
         """Re-send a stored release if one is pending; otherwise make and send a new one."""
+        from participant import contribute as rel
+
         enrolment = self.state.load_enrolment()
         with self.state.lock(), self.ledger() as ledger, self.client() as client:
             rel.recover(self.state, ledger)
@@ -195,8 +198,10 @@ class Agent:
             return ContributeOutcome([result], source.report.clipped, ledger.spent(),
                                      enrolment.cap)
 
-    def resend_pending(self) -> list[rel.SendResult]:
+    def resend_pending(self) -> list[SendResult]:
         """Send every stored-but-unacknowledged release (all studies)."""
+        from participant import contribute as rel
+
         with self.state.lock(), self.ledger() as ledger, self.client() as client:
             rel.recover(self.state, ledger)
             return [rel.send_stored(self.state, ledger, client, e, resent=True)
@@ -213,6 +218,9 @@ class Agent:
         top_k: int | None = None,
     ) -> tuple[ScoreSummary, Any]:
         """Score local records with the global model; returns the summary and the model."""
+        from participant.model import fetch_model, model_detectors
+        from participant.scoring import score_source
+
         with self.client() as client:
             config, _ = self.fetch_config(study, client)
             model = fetch_model(self.state, client, study, config)
