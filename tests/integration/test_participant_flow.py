@@ -80,6 +80,9 @@ def test_full_run_sends_only_noisy_histograms(participant_coordinator, recording
     ledger = json.loads(run_cli(state, "ledger", "--json").stdout)
     assert [e["status"] for e in ledger["entries"]] == ["acknowledged"]
     assert coord.budget("hospital-flow")["epsilon_spent"] == "1.5"
+    status = json.loads(run_cli(state, "status", "--json").stdout)
+    assert status["pending"] == [] and status["coordinator_spent"] == "1.5"
+    assert status["spent"].startswith("(epsilon=1.5,")
 
     posts = [r for r in proxy.requests if r[0] == "POST"]
     assert len(posts) == 1
