@@ -10,17 +10,14 @@ from conftest import ADMIN_TOKEN
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.parametrize("db_url", ["sqlite"], indirect=True),  # fuzz once, on SQLite
+]
 
 
 @pytest.fixture
-def sqlite_only(db_url):
-    if not db_url.startswith("sqlite"):
-        pytest.skip("fuzzing runs once, on SQLite")
-
-
-@pytest.fixture
-def seeded(sqlite_only, client, make_participant, make_study):
+def seeded(client, make_participant, make_study):
     """An app with one study and one member, so fuzzed requests reach deep code paths."""
     member = make_participant("h1")
     make_study("s1", members=[member])
