@@ -93,7 +93,7 @@ class CoordinatorClient:
                 return min(self.backoff_cap, max(0.0, float(retry_after)))
             except ValueError:
                 pass
-        return min(self.backoff_cap, self.backoff_base * 2**attempt) * (
+        return float(min(self.backoff_cap, self.backoff_base * 2**attempt)) * (
             0.5 + 0.5 * _jitter.random()
         )
 

@@ -112,10 +112,12 @@ def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
     with agent.ledger() as ledger:
         entries = ledger.entries()
         spent = ledger.spent()
-    rows = [{"key": e.idempotency_key, "study": e.study, "config_version": e.config_version,
+    rows: list[dict[str, Any]] = [
+        {"key": e.idempotency_key, "study": e.study, "config_version": e.config_version,
              "epsilon": e.cost.epsilon, "delta": e.cost.delta, "status": e.status,
              "created_at": e.created_at, "contribution_id": e.contribution_id,
-             "detail": e.detail} for e in entries]
+             "detail": e.detail} for e in entries
+    ]
     lines = [f"{r['created_at']}  {r['study']:<16} v{r['config_version']:<4} "
              f"eps={r['epsilon'].normalize():f} delta={r['delta'].normalize():f} "
              f"{r['status']:<12} {r['key']}" for r in rows]
@@ -192,9 +194,11 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p = add("config", "fetch and verify a study config (signature, expiry, no downgrade, "
                       "hash digest) and remember its version")
     p.add_argument("study", help="study id")
-    _data_args(add("check-data", "check a data file against the study schema; sends nothing"))
-    _data_args(add("contribute", "release noisy histograms of a data file (re-sends a pending "
-                                 "stored release first, without new noise)"))
+    _data_args(add("check-data", "fetch the study config and check a data file against its "
+                                 "schema; no data and no release is sent"))
+    _data_args(add("contribute", "release noisy histograms of a data file; if an earlier "
+                                 "release is stored but unacknowledged, re-send it byte for "
+                                 "byte instead (no new noise) and stop"))
     p = add("score", "score local records against the global model and write scores")
     _data_args(p)
     p.add_argument("--output", "-o", required=True, metavar="FILE",

@@ -59,6 +59,7 @@ def model_detectors(config: StudyConfig, model: ModelPublic) -> dict[str, Any]:
                                                                   scoring=scoring)}
     if config.grid is not None and model.grid is not None:
         spec = config.grid_spec()
+        assert spec is not None
         gidx, gvalues = decode_counts(model.grid, expected_cells=config.grid_cells)
         counts = gvalues if gidx is None else (gidx, gvalues)
         detectors["grid"] = GridKNN.from_counts(

@@ -58,7 +58,9 @@ def flag_count(n: int, *, contamination: float | None, top_k: int | None) -> int
     return min(n, math.ceil(c * n))
 
 
-def combine(scores: Mapping[str, NDArray[np.float64]]) -> tuple[NDArray[np.float64], NDArray]:
+def combine(
+    scores: Mapping[str, NDArray[np.float64]],
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     """Mean rank percentile over detectors, and the 1-based rank (1 = most outlying)."""
     n = len(next(iter(scores.values())))
     combined = np.zeros(n, dtype=np.float64)
