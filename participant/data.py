@@ -183,8 +183,11 @@ class DataSource:
             except pa.ArrowInvalid as exc:
                 # A value did not parse as a number: re-read as text to name the rows.
                 self.report = DataReport(str(self.path))
-                for _ in self._checked(self._csv_batches(typed=False), bar):
-                    pass
+                try:
+                    for _ in self._checked(self._csv_batches(typed=False), bar):
+                        pass
+                except pa.ArrowInvalid as text_exc:  # malformed CSV, e.g. a short row
+                    raise SchemaMismatch(f"{self.path}: {text_exc}", path=str(self.path)) from exc
                 raise SchemaMismatch(f"{self.path}: {exc}", path=str(self.path)) from exc
         bar.close()
 

@@ -27,6 +27,7 @@ def write_csv(tmp_path, text, name="d.csv"):
         ("x,y\n1,2\n3,abc\n4,5\n", r"column 'y': non-numeric values; first bad rows: 2 \('abc'\)"),
         ("x,y\n1,2\n,3\n4,NA\n", r"column 'x': missing values; first bad rows: 2"),
         ("x,y\n1,2\n1,inf\n", r"column 'y': non-finite values; first bad rows: 2"),
+        ("x,y\n1,2\n1,2,3\n", r"Expected 2 columns, got 3"),
     ],
 )
 def test_bad_csv_names_file_column_and_rows(tmp_path, text, match):
