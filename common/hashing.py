@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 FORMAT_VERSION = 1
 _STREAM_TAG = b"fedod-lsh-stream/1\x00"
 _DIGEST_TAG = b"fedod-lsh-family/1\x00"
-_CHUNK_ROWS = 4096
+_CHUNK_ROWS = 2048
 _MAX_BITS = 40
 
 
@@ -64,7 +64,7 @@ class _Sha256Stream:
 
 
 def _acc_type(width: int) -> type[np.unsignedinteger[Any]]:
-    """Smallest unsigned type holding ``width``-bit bucket indices."""
+    """Smallest unsigned type holding ``width``-bit indices (uint16 halves memory traffic)."""
     if width <= 16:
         return np.uint16
     return np.uint32 if width <= 32 else np.uint64
@@ -165,41 +165,59 @@ class LSHFamily:
         m, width = self.features.shape
         active = np.arange(width)[None, :] < self.n_bits[:, None]
         used = np.unique(self.features[active]).astype(np.intp)
-        dtype = _acc_type(width)
         cuts: list[NDArray[np.float64]] = []
         tables: list[NDArray[Any]] = []
         for i in used:
             on_i = active & (self.features == i)
             distinct = np.unique(self.cuts[on_i])
-            table = np.zeros((distinct.size + 1, m), dtype=dtype)
+            table = np.zeros((distinct.size + 1, m), dtype=np.int64)
             for j, k in zip(*np.nonzero(on_i), strict=True):
                 pos = int(np.searchsorted(distinct, self.cuts[j, k]))
-                table[pos + 1:, j] += dtype(1 << int(k))
+                table[pos + 1:, j] += 1 << int(k)
             cuts.append(distinct)
             tables.append(table)
         return used, cuts, tables
 
-    def iter_flat_index(self, X: ArrayLike) -> Iterator[tuple[int, NDArray[np.int64]]]:
-        """``flat_index`` in row blocks: yields ``(start, block)`` with ``block`` the flat
-        indices of rows ``start:start + len(block)``. Keeps memory at a few MB for any n."""
-        shift = self.offsets[:-1]
-        for start, block in self._blocks(self._check(X)):
-            yield start, np.add(block, shift, dtype=np.int64)
+    @cached_property
+    def _plain_tables(self) -> list[NDArray[Any]]:
+        dtype = _acc_type(int(self.features.shape[1]))
+        return [t.astype(dtype) for t in self._lookup[2]]
 
-    def _blocks(self, arr: NDArray[np.float64]) -> Iterator[tuple[int, NDArray[Any]]]:
-        """Row blocks of bucket indices (unsigned, ``(rows, m)``)."""
+    @cached_property
+    def _flat_tables(self) -> list[NDArray[Any]]:
+        """``_lookup`` tables with the table offsets folded into the first one."""
+        _, _, tables = self._lookup
+        dtype = _acc_type(max(1, (self.n_cells - 1).bit_length()))
+        flat = [t.astype(dtype) for t in tables]
+        if flat:
+            flat[0] += self.offsets[:-1].astype(dtype)
+        return flat
+
+    def iter_flat_index(self, X: ArrayLike) -> Iterator[tuple[int, NDArray[np.integer[Any]]]]:
+        """``flat_index`` in row blocks: yields ``(start, block)`` with ``block`` the flat
+        indices (an integer array) of rows ``start:start + len(block)``. Keeps memory at a
+        few MB for any n."""
+        return self._blocks(self._check(X), flat=True)
+
+    def _blocks(
+        self, arr: NDArray[np.float64], *, flat: bool
+    ) -> Iterator[tuple[int, NDArray[np.integer[Any]]]]:
         n = arr.shape[0]
         m, width = self.features.shape
-        used, cuts, tables = self._lookup
+        used, cuts, _ = self._lookup
         if used.size <= width:
             # few features: one sorted search and one table lookup per feature
+            tables = self._flat_tables if flat else self._plain_tables
             ranks = [np.searchsorted(cuts[t], arr[:, i], side="right")
                      for t, i in enumerate(used)]
+            buffer = np.empty((_CHUNK_ROWS, m), dtype=tables[0].dtype)
             for start in range(0, n, _CHUNK_ROWS):
                 stop = min(start + _CHUNK_ROWS, n)
-                acc = np.zeros((stop - start, m), dtype=tables[0].dtype)
-                for rank, table in zip(ranks, tables, strict=True):
-                    acc += np.take(table, rank[start:stop], axis=0)
+                acc = np.take(tables[0], ranks[0][start:stop], axis=0)
+                tmp = buffer[: stop - start]
+                for rank, table in zip(ranks[1:], tables[1:], strict=True):
+                    np.take(table, rank[start:stop], axis=0, out=tmp)
+                    acc += tmp
                 yield start, acc
         else:
             # many features: one comparison per bit position
@@ -207,6 +225,7 @@ class LSHFamily:
             dtype = _acc_type(width)
             weights = [dtype(1 << k) for k in range(width)]
             cut_cols = self.cuts[:, :, None]
+            shift = self.offsets[:-1] if flat else np.zeros(m, dtype=np.int64)
             for start in range(0, n, _CHUNK_ROWS):
                 block = xt[:, start:start + _CHUNK_ROWS]
                 acc_t = np.zeros((m, block.shape[1]), dtype=dtype)
@@ -214,7 +233,7 @@ class LSHFamily:
                 for k in range(width):
                     np.greater_equal(block[self.features[:, k]], cut_cols[:, k], out=bit)
                     acc_t += bit * weights[k]
-                yield start, acc_t.T
+                yield start, np.add(acc_t.T, shift, dtype=np.int64)
 
     def hash(self, X: ArrayLike) -> NDArray[np.int64]:
         """Bucket index ``g_j(x)`` of every row in every table, shape ``(n, m)``.
@@ -223,7 +242,7 @@ class LSHFamily:
         """
         arr = self._check(X)
         out = np.empty((arr.shape[0], self.n_tables), dtype=np.int64)
-        for start, block in self._blocks(arr):
+        for start, block in self._blocks(arr, flat=False):
             out[start:start + block.shape[0]] = block
         return out
 

@@ -230,7 +230,7 @@ class LSHiTables(BaseDetector):
     def _score(self, arr: NDArray[np.float64]) -> NDArray[np.float64]:
         scores = np.empty(arr.shape[0], dtype=np.float64)
         for start, block in self.family_.iter_flat_index(arr):
-            scores[start:start + block.shape[0]] = self.cell_scores_[block].sum(axis=1)
+            scores[start:start + block.shape[0]] = np.take(self.cell_scores_, block).sum(axis=1)
         scores *= -1.0 / self.family_.n_tables
         return scores
 

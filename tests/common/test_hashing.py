@@ -79,7 +79,7 @@ def test_table_sizes_follow_the_paper(sample_size: int) -> None:
 
 @pytest.mark.parametrize(
     ("d", "sample_size"),
-    [(3, 1000), (40, 16)],  # few features: lookup-table path; many: per-bit path
+    [(3, 1000), (3, 100_000), (40, 16)],  # lookup tables (16- and 32-bit), per-bit path
 )
 def test_hash_matches_definition(d: int, sample_size: int) -> None:
     rng = np.random.default_rng(d)
