@@ -41,7 +41,7 @@ from common.hashing import LSHFamily, derive_lsh_family
 from common.release import add_discrete_laplace
 
 Scoring = Literal["log", "mass"]
-PRIVATE_SAMPLE_SIZE = 64
+PRIVATE_SAMPLE_SIZE = 16
 
 
 def _as_matrix(X: ArrayLike) -> NDArray[np.float64]:
