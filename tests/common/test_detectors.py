@@ -153,7 +153,7 @@ def test_lsh_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lsh_module, "add_discrete_laplace", spy)
     X = blobs()
     det = LSHiTables(n_tables=50, epsilon=5, lo=np.zeros(3), hi=np.ones(3),
-                     random_state=0).fit(X)
+                     private_sample_size=256, random_state=0).fit(X)
     assert calls == [(50, 5)]
     noise = det.histograms_ - det.family_.histogram(X)
     assert np.count_nonzero(noise) > 0.9 * noise.size
