@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-DEFAULT_OUTLIERS = 40
+DEFAULT_OUTLIERS = 60
 LABEL_COLUMN = "label"
 ID_COLUMN = "record_id"
 
@@ -118,33 +118,58 @@ def study_bounds(X: NDArray[np.float64]) -> list[tuple[float, float]]:
     return out
 
 
-def split_hospitals(y: NDArray[np.int8], n_hospitals: int, seed: int) -> list[Hospital]:
+def split_hospitals(
+    X: NDArray[np.float64], y: NDArray[np.int8], n_hospitals: int, seed: int
+) -> list[Hospital]:
     """Split records unevenly: a large general hospital, clinics and one specialist clinic.
 
-    The specialist clinic (the last hospital) receives 70 % of the outliers but only a small
-    share of the inliers, so outliers are common there; the general hospital receives about
-    half of the inliers. Needs at least 2 hospitals.
+    The general hospital receives most inliers (72 %) and few outliers (10 %). The smaller
+    hospitals are referral centres: each receives a *cluster* of similar unusual cases (the
+    outliers nearest to a seeded one, in standardised feature space) on top of a small share
+    of inliers; the specialist clinic (the last hospital) receives 60 % of the outliers. Locally
+    those cases are common and alike, so they hide among each other; only the population-wide
+    model shows them as rare. Needs at least 2 hospitals.
     """
     if n_hospitals < 2:
         raise ValueError("the simulation needs at least 2 hospitals")
     rng = np.random.default_rng(seed)
     inliers = rng.permutation(np.flatnonzero(y == 0))
-    outliers = rng.permutation(np.flatnonzero(y == 1))
     clinics = n_hospitals - 2
-    inlier_share = np.array([0.55] + [0.37 / max(clinics, 1)] * clinics + [0.08])
-    if clinics == 0:
-        inlier_share = np.array([0.9, 0.1])
-    outlier_share = np.array([0.2] + [0.1 / max(clinics, 1)] * clinics + [0.7])
-    if clinics == 0:
-        outlier_share = np.array([0.3, 0.7])
+    small_in = [0.10 / clinics] * clinics if clinics else []
+    small_out = [0.30 / clinics] * clinics if clinics else []
+    inlier_share = np.array([0.82 if clinics else 0.92, *small_in, 0.08])
+    outlier_share = np.array([0.10 if clinics else 0.40, *small_out, 0.60])
     parts_in = np.split(inliers, (np.cumsum(inlier_share)[:-1] * inliers.size).astype(int))
-    parts_out = np.split(outliers, (np.cumsum(outlier_share)[:-1] * outliers.size).astype(int))
+    parts_out = _cluster_outliers(X, np.flatnonzero(y == 1), outlier_share, rng)
     names = ["general"] + [f"clinic-{i + 1}" for i in range(clinics)] + ["specialist"]
     kinds = ["general hospital"] + ["clinic"] * clinics + ["specialist clinic"]
     return [
         Hospital(name, kind, np.sort(np.concatenate([a, b])).astype(np.int64))
         for name, kind, a, b in zip(names, kinds, parts_in, parts_out, strict=True)
     ]
+
+
+def _cluster_outliers(
+    X: NDArray[np.float64],
+    outliers: NDArray[np.int64],
+    shares: NDArray[np.float64],
+    rng: np.random.Generator,
+) -> list[NDArray[np.int64]]:
+    """Give each smaller hospital (index >= 1) the outliers nearest a seeded one; the general
+    hospital (index 0) gets what is left."""
+    Z = (X - X.mean(axis=0)) / np.where(X.std(axis=0) > 0, X.std(axis=0), 1.0)
+    sizes = np.floor(shares * outliers.size).astype(int)
+    sizes[0] = outliers.size - sizes[1:].sum()
+    left = list(rng.permutation(outliers))
+    parts: list[NDArray[np.int64]] = [np.empty(0, np.int64)] * len(shares)
+    centre = Z[left[0]]
+    left.sort(key=lambda r: float(np.sum((Z[r] - centre) ** 2)))
+    parts[-1] = np.array(left[: sizes[-1]], dtype=np.int64)
+    left = list(rng.permutation(left[sizes[-1] :]))
+    for h in range(len(shares) - 2, 0, -1):
+        parts[h], left = np.array(left[: sizes[h]], dtype=np.int64), left[sizes[h] :]
+    parts[0] = np.array(left, dtype=np.int64)
+    return parts
 
 
 def write_hospital_csv(path: Path, data: Dataset, rows: NDArray[np.int64]) -> None:

@@ -14,6 +14,7 @@ and the participant CLI is told to ignore that column.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import secrets
@@ -35,7 +36,9 @@ from common.detectors import LSHiTables
 from participant import demo_data as dd
 
 STUDY = "sim-study"
-GRID_FEATURES = 3
+# Public, domain-knowledge grid features for the default data (tumour size, texture and shape:
+# the markers pathologists grade). A custom dataset uses its first three features.
+GRID_FEATURES = ["worst_radius", "worst_texture", "worst_concave_points"]
 
 
 @dataclass
@@ -48,6 +51,8 @@ class HospitalResult:
     outliers: int
     auc_alone: float
     auc_federated: float
+    auc_federated_grid: float
+    auc_federated_combined: float
     auc_centralised: float
     epsilon_spent: str
     epsilon_cap: str
@@ -91,17 +96,24 @@ def start_coordinator(workdir: Path, database_url: str | None, port: int) -> tup
 
 
 def study_request(data: dd.Dataset, epsilon: Decimal) -> dict[str, Any]:
-    """The study an administrator would create for this dataset (public bounds only)."""
+    """The study an administrator would create for this dataset (public bounds only).
+
+    Small data under noise favours fewer, coarser tables: 50 tables of expected size 16, and
+    90 % of each release's epsilon on LSH iTables, 10 % on the grid (3 public features).
+    """
     bounds = dd.study_bounds(data.X)
-    features = [{"name": n, "lo": lo, "hi": hi} for n, (lo, hi) in zip(data.features, bounds)]
-    eps_grid = (epsilon / 5).quantize(Decimal("0.000001"))
+    features = [
+        {"name": n, "lo": lo, "hi": hi} for n, (lo, hi) in zip(data.features, bounds, strict=True)
+    ]
+    eps_grid = (epsilon / 10).quantize(Decimal("0.000001"))
+    grid = [f for f in GRID_FEATURES if f in data.features] or data.features[:3]
     return {
         "study_id": STUDY,
         "features": features,
-        "lsh": {"n_tables": 100, "sample_size": 4},
+        "lsh": {"n_tables": 50, "sample_size": 16},
         "grid": {
-            "bins": 4,
-            "features": data.features[-GRID_FEATURES:] if len(data.features) > 3 else None,
+            "bins": 3,
+            "features": grid,
             "k": 10,
             "max_depth": 3,
         },
@@ -129,7 +141,7 @@ def run(args: argparse.Namespace) -> tuple[list[HospitalResult], dict[str, Any]]
         data = dd.load_csv_dataset(Path(args.dataset), args.label_column)
     else:
         data = dd.load_breast_cancer_outliers(args.seed)
-    hospitals = dd.split_hospitals(data.y, args.hospitals, args.seed)
+    hospitals = dd.split_hospitals(data.X, data.y, args.hospitals, args.seed)
     epsilon = Decimal(args.epsilon)
     proc, url, admin = start_coordinator(workdir, args.database_url, args.port or _free_port())
     try:
@@ -178,26 +190,41 @@ def _simulate(
     say(f"coordinator {url}; {len(hospitals)} hospitals enrolled; releasing noisy histograms ...")
     _run_all(
         [
-            [*cli, *s, "enrol", "--coordinator", url, "--fingerprint", fingerprint,
-             "--token-file", str(workdir / h.name / "token"), "--epsilon-cap", cap]
-            for h, s in zip(hospitals, state)
+            [
+                *cli,
+                *s,
+                "enrol",
+                "--coordinator",
+                url,
+                "--fingerprint",
+                fingerprint,
+                "--token-file",
+                str(workdir / h.name / "token"),
+                "--epsilon-cap",
+                cap,
+            ]
+            for h, s in zip(hospitals, state, strict=True)
         ],
         logs,
     )
     data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
-    _run_all([[*cli, *s, "contribute", *d] for s, d in zip(state, data_args)], logs)
+    _run_all([[*cli, *s, "contribute", *d] for s, d in zip(state, data_args, strict=True)], logs)
     say("every hospital contributed; scoring locally with the global model ...")
     outs = [workdir / h.name / "scores.csv" for h in hospitals]
     _run_all(
-        [[*cli, *s, "score", *d, "--output", str(o)] for s, d, o in zip(state, data_args, outs)],
+        [
+            [*cli, *s, "score", *d, "--output", str(o)]
+            for s, d, o in zip(state, data_args, outs, strict=True)
+        ],
         logs,
     )
     budgets = {b["participant"]: b for b in api.get("/v1/admin/budget").json()}
     central = LSHiTables(random_state=args.seed).fit(data.X)
     rows = []
-    for h, out in zip(hospitals, outs):
+    for h, out in zip(hospitals, outs, strict=True):
         y = data.y[h.rows]
         fed = _read_scores(out, [f"r{r:06d}" for r in h.rows])
+        auc_fed = {col: _auc(y, fed[col]) for col in fed}
         alone = LSHiTables(random_state=args.seed).fit(data.X[h.rows])
         rows.append(
             HospitalResult(
@@ -206,38 +233,65 @@ def _simulate(
                 records=int(h.rows.size),
                 outliers=int(y.sum()),
                 auc_alone=_auc(y, alone.decision_function(data.X[h.rows])),
-                auc_federated=_auc(y, fed),
+                auc_federated=auc_fed["score_lsh"],
+                auc_federated_grid=auc_fed["score_grid"],
+                auc_federated_combined=auc_fed["outlier_score"],
                 auc_centralised=_auc(y, central.decision_function(data.X[h.rows])),
                 epsilon_spent=budgets[h.name]["epsilon_spent"],
                 epsilon_cap=budgets[h.name]["epsilon_cap"],
                 scores=str(out),
             )
         )
-    facts = {"dataset": data.name, "seed": args.seed, "epsilon_per_release": str(epsilon),
-             "split": {h.name: h.rows.size for h in hospitals}}
+    facts = {
+        "dataset": data.name,
+        "seed": args.seed,
+        "epsilon_per_release": str(epsilon),
+        "split": {h.name: h.rows.size for h in hospitals},
+    }
     return rows, facts
 
 
-def _read_scores(path: Path, keys: list[str]) -> np.ndarray:
-    import csv
-
+def _read_scores(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
+    """Per-detector federated scores from a hospital's score file, in ``keys`` order."""
     with path.open(newline="") as fh:
-        by_key = {row[dd.ID_COLUMN]: float(row["outlier_score"]) for row in csv.DictReader(fh)}
-    return np.array([by_key[k] for k in keys])
+        rows = {row[dd.ID_COLUMN]: row for row in csv.DictReader(fh)}
+    cols = ("score_lsh", "score_grid", "outlier_score")
+    return {c: np.array([float(rows[k][c]) for k in keys]) for c in cols}
 
 
 def format_table(rows: list[HospitalResult]) -> str:
     """The table a person reads: one line per hospital."""
-    head = ("hospital", "kind", "records", "outliers", "AUC alone", "AUC federated",
-            "AUC centralised", "epsilon spent/cap")
+    head = (
+        "hospital",
+        "kind",
+        "records",
+        "outliers",
+        "AUC alone",
+        "AUC federated",
+        "(grid)",
+        "(combined)",
+        "AUC centralised",
+        "epsilon spent/cap",
+    )
     body = [
-        (r.hospital, r.kind, str(r.records), str(r.outliers), f"{r.auc_alone:.1f}",
-         f"{r.auc_federated:.1f}", f"{r.auc_centralised:.1f}",
-         f"{r.epsilon_spent}/{r.epsilon_cap}")
+        (
+            r.hospital,
+            r.kind,
+            str(r.records),
+            str(r.outliers),
+            f"{r.auc_alone:.1f}",
+            f"{r.auc_federated:.1f}",
+            f"{r.auc_federated_grid:.1f}",
+            f"{r.auc_federated_combined:.1f}",
+            f"{r.auc_centralised:.1f}",
+            f"{r.epsilon_spent}/{r.epsilon_cap}",
+        )
         for r in rows
     ]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in (head, *body)]
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -250,20 +304,38 @@ def build_parser() -> argparse.ArgumentParser:
         "(private) / centralised (non-private).",
     )
     p.add_argument("--hospitals", type=int, default=3, help="number of hospitals, >= 2 (3)")
-    p.add_argument("--epsilon", default="1.0",
-                   help="epsilon each hospital spends on its one release, LSH + grid (1.0)")
-    p.add_argument("--cap-releases", type=int, default=3,
-                   help="each hospital's cap, in releases of --epsilon (3)")
-    p.add_argument("--dataset", help="CSV with a header, numeric features and a 0/1 label "
-                   "column (default: scikit-learn's bundled breast cancer data)")
+    p.add_argument(
+        "--epsilon",
+        default="1.0",
+        help="epsilon each hospital spends on its one release, LSH + grid (1.0)",
+    )
+    p.add_argument(
+        "--cap-releases",
+        type=int,
+        default=3,
+        help="each hospital's cap, in releases of --epsilon (3)",
+    )
+    p.add_argument(
+        "--dataset",
+        help="CSV with a header, numeric features and a 0/1 label "
+        "column (default: scikit-learn's bundled breast cancer data)",
+    )
     p.add_argument("--label-column", default=dd.LABEL_COLUMN, help="label column (label)")
-    p.add_argument("--seed", type=int, default=7, help="seed of the split and of the "
-                   "non-private baselines (7); privacy noise is never seeded")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=7,
+        help="seed of the split and of the "
+        "non-private baselines (7); privacy noise is never seeded",
+    )
     p.add_argument("--database-url", help="coordinator database (default: SQLite in workdir)")
     p.add_argument("--workdir", help="where data, state and score files go (default: temp)")
     p.add_argument("--port", type=int, default=0, help="coordinator port (default: free)")
-    p.add_argument("--serve", action="store_true",
-                   help="keep the coordinator running afterwards (Ctrl-C stops it)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the coordinator running afterwards (Ctrl-C stops it)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     return p
 
@@ -281,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ndataset: {facts['dataset']}; seed {facts['seed']}; split: {split}")
         print(f"epsilon per hospital release: {facts['epsilon_per_release']}\n")
         print(format_table(rows))
+        print(
+            "\nAUC alone / centralised: non-private LSH iTables fitted on the hospital's own "
+            "data / on the pooled data.\nAUC federated: LSH iTables from the merged private "
+            "model; (grid): grid k-NN from the merged\nprivate grid; (combined): the "
+            "participant's combined outlier_score (mean rank of both)."
+        )
         print(f"\nscore files: {facts['workdir']}/<hospital>/scores.csv")
         print(f"dashboard:   {facts['coordinator']}/admin  (admin token: {facts['admin_token']})")
         if proc is None:
