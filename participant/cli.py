@@ -1,6 +1,6 @@
 """``fedod-participant``: run a fedod participant next to local data.
 
-Subcommands: enrol, config, check-data, contribute, score, ledger, status.
+Subcommands: enrol, config, check-data, contribute, score, run, ledger, status.
 
 Exit codes:
     0  success
@@ -9,7 +9,8 @@ Exit codes:
     3  data invalid (schema, non-numeric, missing or refused out-of-bounds values)
     4  config or key refused (bad signature, wrong key, expired, downgrade, digest mismatch)
     5  privacy budget refused (local cap, or the coordinator's ledger)
-    6  coordinator unavailable after retries (a stored release is re-sent on the next run)
+    6  coordinator unavailable after retries (a stored release is re-sent on the next run),
+       or `run` gave up waiting for contributors
     7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict)
 """
 
@@ -51,6 +52,8 @@ def exit_code(exc: BaseException) -> int:
         return EXIT_UNAVAILABLE
     if isinstance(exc, Conflict | NotFound):
         return EXIT_REFUSED
+    if isinstance(exc, TimeoutError):
+        return EXIT_UNAVAILABLE
     if isinstance(exc, NotEnrolled):
         return EXIT_USAGE
     if isinstance(exc, ValueError | OSError):

@@ -108,6 +108,16 @@ def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
          f"local epsilon spent so far {spent.epsilon.normalize():f}")
 
 
+def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
+    from participant.run import run_round
+
+    doc = run_round(agent, args, _options(args))
+    what = "released a new noisy histogram" if doc["released_now"] else "already released"
+    _out(args, doc, f"{what} for {args.study}; model has {doc['contributors']} "
+                    f"contribution(s); scored {doc['rows']} records -> {doc['output']}; "
+                    f"flagged {doc['flagged']}; local epsilon spent {doc['epsilon_spent']}")
+
+
 def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
     with agent.ledger() as ledger:
         entries = ledger.entries()
@@ -145,7 +155,8 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
 
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
     "enrol": cmd_enrol, "config": cmd_config, "check-data": cmd_check_data,
-    "contribute": cmd_contribute, "score": cmd_score, "ledger": cmd_ledger, "status": cmd_status,
+    "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
+    "status": cmd_status,
 }
 
 
@@ -166,6 +177,17 @@ def _global_options(defaults: bool) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=d(30.0), metavar="S",
                    help="per-request timeout in seconds (default: 30)")
     return p
+
+
+def _score_args(p: argparse.ArgumentParser) -> None:
+    _data_args(p)
+    p.add_argument("--output", "-o", required=True, metavar="FILE",
+                   help="output .csv or .parquet: key, per-detector scores, outlier_score, "
+                        "rank, outlier")
+    flag = p.add_mutually_exclusive_group()
+    flag.add_argument("--contamination", type=float, metavar="FRACTION",
+                      help="flag this fraction of records (default: 0.05)")
+    flag.add_argument("--top-k", type=int, metavar="K", help="flag the K most outlying records")
 
 
 def build_parser(doc: str) -> argparse.ArgumentParser:
@@ -199,15 +221,20 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     _data_args(add("contribute", "release noisy histograms of a data file; if an earlier "
                                  "release is stored but unacknowledged, re-send it byte for "
                                  "byte instead (no new noise) and stop"))
-    p = add("score", "score local records against the global model and write scores")
-    _data_args(p)
-    p.add_argument("--output", "-o", required=True, metavar="FILE",
-                   help="output .csv or .parquet: key, per-detector scores, outlier_score, "
-                        "rank, outlier")
-    flag = p.add_mutually_exclusive_group()
-    flag.add_argument("--contamination", type=float, metavar="FRACTION",
-                      help="flag this fraction of records (default: 0.05)")
-    flag.add_argument("--top-k", type=int, metavar="K", help="flag the K most outlying records")
+    _score_args(add("score", "score local records against the global model and write scores"))
+    p = add("run", "unattended round, safe to rerun: enrol if needed, release at most once "
+                   "per config version, wait for --min-contributors, score")
+    _score_args(p)
+    p.add_argument("--coordinator", metavar="URL", help="coordinator URL (first run only)")
+    p.add_argument("--fingerprint", metavar="sha256:HEX", help="pinned key (first run only)")
+    p.add_argument("--fingerprint-file", metavar="FILE", help="file holding the fingerprint")
+    p.add_argument("--token-file", metavar="FILE", help="credential file (first run only)")
+    p.add_argument("--epsilon-cap", metavar="EPS", help="local epsilon cap (first run only)")
+    p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
+    p.add_argument("--min-contributors", type=int, default=1, metavar="N",
+                   help="wait until the model has N contributions before scoring (1)")
+    p.add_argument("--wait", type=float, default=600.0, metavar="S",
+                   help="give up waiting for contributors after S seconds (600)")
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser
