@@ -10,10 +10,16 @@ Every participant must derive the *same* functions from the same inputs, whateve
 version, so nothing here uses numpy's ``Generator`` distributions. All randomness comes from
 a SHA-256 counter-mode stream keyed by ``(seed, d, n_tables, sample_size)``: block ``t`` is
 ``sha256(key || t as 8-byte little-endian)``, read as little-endian 64-bit words, and a
-uniform float in ``[0, 1)`` is ``(word >> 11) * 2**-53``. Draws are consumed in a fixed order
-(per table: ``f``, ``l``, then per bit: feature, cut), so the result does not depend on
-anything but the inputs. The functions are public; privacy comes from the noise added to
-the counts (``common.release``), not from the hashing.
+uniform float in ``[0, 1)`` is ``u = (word >> 11) * 2**-53``; ``U(a, b) = a + (b - a) u``,
+a feature is ``floor(u * d)``. The key is ``"fedod-lsh-stream/1\0" || len(seed) (u32 LE) ||
+seed || d (u32) || n_tables (u32) || sample_size (u64)``. Draws are consumed in a fixed order
+(per table: ``f``, ``l``, then per bit: feature, cut), so the result depends on nothing but
+the inputs. The functions are public; privacy comes from the noise added to the counts
+(``common.release``), not from the hashing. ``LSHFamily.digest()`` pins the result.
+
+Hashing is exact (``x >= c`` in float64) and vectorised: with few features, each feature's
+value is ranked once among that feature's sorted cuts and a per-feature lookup table adds the
+bits it sets in all ``m`` tables at once; otherwise one comparison pass per bit position.
 
 Table sizes follow the paper: ``f ~ U(1/sqrt(s), 1 - 1/sqrt(s))``,
 ``L = log_{max(2, 1/f)}(s)``, ``l ~ U(1 + L/2, L)`` with ``s = sample_size``; the number of

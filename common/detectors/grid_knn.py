@@ -248,13 +248,13 @@ class GridKNN(BaseDetector):
         self.spec_ = spec
         self.cells_ = cells
         self.cell_counts_ = values
-        self._coords = spec.coords_of(cells)
+        self.cell_coords_ = spec.coords_of(cells)
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
         cells, inverse = np.unique(self.spec_.cell_index(_as_matrix(X)), return_inverse=True)
-        scores = knn_grid_scores(self.spec_.coords_of(cells), self._coords, self.cell_counts_,
+        scores = knn_grid_scores(self.spec_.coords_of(cells), self.cell_coords_, self.cell_counts_,
                                  k=self.k, max_depth=self.max_depth, weighted=self.weighted)
         return scores[inverse.ravel()]
