@@ -79,8 +79,9 @@ def test_lsh_fit_is_reproducible() -> None:
     np.testing.assert_array_equal(a, b)
 
 
-def test_lsh_subsampling_counts_sample_size_records_per_table() -> None:
-    X = blobs(2000)
+@pytest.mark.parametrize("d", [3, 20])
+def test_lsh_subsampling_counts_sample_size_records_per_table(d: int) -> None:
+    X = np.random.default_rng(d).normal(size=(2000, d))
     det = LSHiTables(n_tables=40, sample_size=100, random_state=2).fit(X)
     fam = det.family_
     np.testing.assert_array_equal(np.add.reduceat(det.histograms_, fam.offsets[:-1]),
