@@ -263,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="key_command", required=True, metavar="ACTION"
     )
     add("show", cmd_key_show, "print the key fingerprint participants pin, then the PEM", key)
+    from coordinator.bootstrap import add_parser as add_bootstrap
+
+    add_bootstrap(add)
     return parser
 
 

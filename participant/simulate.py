@@ -137,10 +137,7 @@ def run(args: argparse.Namespace) -> tuple[list[HospitalResult], dict[str, Any]]
     """Run the simulation; return the table rows and run facts."""
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fedod-sim-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    if args.dataset:
-        data = dd.load_csv_dataset(Path(args.dataset), args.label_column)
-    else:
-        data = dd.load_breast_cancer_outliers(args.seed)
+    data = load_data(args)
     hospitals = dd.split_hospitals(data.X, data.y, args.hospitals, args.seed)
     epsilon = Decimal(args.epsilon)
     proc, url, admin = start_coordinator(workdir, args.database_url, args.port or _free_port())
@@ -296,6 +293,28 @@ def format_table(rows: list[HospitalResult]) -> str:
     return "\n".join(lines)
 
 
+def export(args: argparse.Namespace) -> None:
+    """Write ``DIR/study.json`` (StudyCreate) and ``DIR/<hospital>/data.csv``; run nothing."""
+    root = Path(args.export)
+    data = load_data(args)
+    hospitals = dd.split_hospitals(data.X, data.y, args.hospitals, args.seed)
+    root.mkdir(parents=True, exist_ok=True)
+    spec = study_request(data, Decimal(args.epsilon))
+    (root / "study.json").write_text(json.dumps(spec, indent=2))
+    for h in hospitals:
+        (root / h.name).mkdir(exist_ok=True)
+        dd.write_hospital_csv(root / h.name / "data.csv", data, h.rows)
+        print(f"{root / h.name / 'data.csv'}: {h.kind}, {h.rows.size} records")
+    print(f"{root / 'study.json'}: study {STUDY}")
+
+
+def load_data(args: argparse.Namespace) -> dd.Dataset:
+    """The ``--dataset`` CSV, or the bundled breast cancer data."""
+    if args.dataset:
+        return dd.load_csv_dataset(Path(args.dataset), args.label_column)
+    return dd.load_breast_cancer_outliers(args.seed)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fedod-simulate",
@@ -337,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the coordinator running afterwards (Ctrl-C stops it)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--export", metavar="DIR", help="only write DIR/study.json and each "
+                   "hospital's DIR/<hospital>/data.csv (for docker-compose), then exit")
     return p
 
 
@@ -344,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.hospitals < 2:
         build_parser().error("--hospitals must be at least 2")
+    if args.export:
+        export(args)
+        return 0
     rows, facts = run(args)
     proc = facts.pop("_proc", None)
     if args.json:
