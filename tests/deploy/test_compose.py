@@ -121,3 +121,12 @@ def test_every_fedod_variable_is_a_real_setting(services: dict[str, Any]) -> Non
             if k.startswith("FEDOD_")}
     assert used, "compose sets no FEDOD_ variable at all"
     assert used <= known, used - known
+
+
+def test_environment_reference_lists_exactly_the_real_settings() -> None:
+    import re
+
+    doc = (ROOT / "deploy" / "ENVIRONMENT.md").read_text()
+    documented = set(re.findall(r"`(FEDOD_[A-Z_]+)`", doc))
+    known = {f"FEDOD_{field.upper()}" for field in Settings.model_fields} | PARTICIPANT_ENV
+    assert documented == known, (documented ^ known)
