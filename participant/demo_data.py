@@ -94,14 +94,14 @@ def _nice_floor(v: float) -> float:
     if v == 0:
         return 0.0
     step = 10 ** math.floor(math.log10(abs(v)))
-    return math.floor(v / step) * step
+    return float(math.floor(v / step) * step)
 
 
 def _nice_ceil(v: float) -> float:
     if v == 0:
         return 0.0
     step = 10 ** math.floor(math.log10(abs(v)))
-    return math.ceil(v / step) * step
+    return float(math.ceil(v / step) * step)
 
 
 def study_bounds(X: NDArray[np.float64]) -> list[tuple[float, float]]:

@@ -127,10 +127,10 @@ def _run_all(cmds: list[list[str]], logs: list[Path]) -> None:
     for cmd, log in zip(cmds, logs, strict=True):
         with log.open("ab") as fh:
             procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT))
-    for proc, log in zip(procs, logs, strict=True):
+    for proc, log, cmd in zip(procs, logs, cmds, strict=True):
         if proc.wait() != 0:
             tail = log.read_text(errors="replace")[-2000:]
-            raise SystemExit(f"hospital process failed ({' '.join(proc.args)}):\n{tail}")
+            raise SystemExit(f"hospital process failed ({' '.join(cmd)}):\n{tail}")
 
 
 def run(args: argparse.Namespace) -> tuple[list[HospitalResult], dict[str, Any]]:

@@ -304,8 +304,9 @@ class CoordinatorServer:
 
         cmd = [sys.executable, "-m", "coordinator.cli", "serve", "--port", str(self.port),
                "--workers", str(self.workers)]
-        self.proc = subprocess.Popen(cmd, env=self.env, start_new_session=True,
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=self.env, start_new_session=True,
+                                         stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -32,11 +32,13 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 def get_keys(request: Request) -> KeyStore:
-    return request.app.state.keys
+    keys: KeyStore = request.app.state.keys
+    return keys
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

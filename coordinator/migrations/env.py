@@ -9,6 +9,8 @@ from coordinator.models import Base
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url")
+if url is None:
+    raise RuntimeError("alembic: sqlalchemy.url is not set")
 engine = create_engine(url, poolclass=pool.NullPool)
 with engine.connect() as connection:
     context.configure(

@@ -121,7 +121,7 @@ def decode_release(
         return lsh, None
     if body.grid is None:
         raise SchemaMismatch("this study releases a grid too; the grid counts are missing")
-    grid = _decode(body.grid, config.grid_cells, config.grid_layout, "grid", max_bytes)
+    grid = _decode(body.grid, config.grid_cells, config.grid_layout or "dense", "grid", max_bytes)
     return lsh, grid
 
 
