@@ -92,16 +92,24 @@ def centralised(data: Path, names: Sequence[str], seeds: int) -> None:
         if name not in names:
             continue
         X, y = load(data, name)
-        lsh_auc, lsh_t, if_auc, if_t = [], [], [], []
+        lsh_auc: list[float] = []
+        lsh_t: list[float] = []
+        if_auc: list[float] = []
+        if_t: list[float] = []
         for seed in range(seeds):
             det = LSHiTables(random_state=seed)
-            scores, t = timed(lambda det=det, X=X: det.fit(X).decision_function(X))
-            lsh_auc.append(roc_auc_score(y, scores))
-            lsh_t.append(t)
             forest = IsolationForest(n_estimators=100, random_state=seed, n_jobs=1)
-            scores, t = timed(lambda f=forest, X=X: -f.fit(X).score_samples(X))
-            if_auc.append(roc_auc_score(y, scores))
-            if_t.append(t)
+
+            def run_lsh(det: LSHiTables = det, X: np.ndarray = X) -> np.ndarray:
+                return det.fit(X).decision_function(X)
+
+            def run_forest(f: IsolationForest = forest, X: np.ndarray = X) -> np.ndarray:
+                return np.asarray(-f.fit(X).score_samples(X))
+
+            for run, aucs, times in ((run_lsh, lsh_auc, lsh_t), (run_forest, if_auc, if_t)):
+                scores, t = timed(run)
+                aucs.append(roc_auc_score(y, scores))
+                times.append(t)
         grid = "n/a"
         if X.shape[1] <= GRID_MAX_D:
             gk = GridKNN(bins=4, k=10, max_depth=3, weighted=True).fit(X)
@@ -122,19 +130,19 @@ def centralised(data: Path, names: Sequence[str], seeds: int) -> None:
 
 def federated_auc(
     X: np.ndarray, y: np.ndarray, p: int, epsilon: str, seed: int, sample_size: int,
-    scorings: Sequence[Scoring],
+    scorings: Sequence[Scoring], n_tables: int = 100,
 ) -> dict[str, float]:
-    """Split evenly over ``p`` participants, each releases all 100 tables with noise of scale
-    ``100 / epsilon`` (OpenDP), sum, and each scores its own records with the merged model."""
+    """Split evenly over ``p`` participants, each releases all ``m`` tables with noise of scale
+    ``m / epsilon`` (OpenDP), sum, and each scores its own records with the merged model."""
     rng = np.random.default_rng(seed)
     parts = np.array_split(rng.permutation(len(X)), p)
     family = derive_lsh_family(seed.to_bytes(8, "little"), X.min(axis=0), X.max(axis=0),
-                               100, sample_size)
+                               n_tables, sample_size)
     merged = np.zeros(family.n_cells, dtype=np.int64)
     for part in parts:
         merged += add_discrete_laplace(family.histogram(X[part]), family.n_tables,
                                        Decimal(epsilon))
-    out = {}
+    out: dict[str, float] = {}
     for scoring in scorings:
         model = LSHiTables.from_histogram(family, merged, scoring=scoring)
         aucs = [roc_auc_score(y[part], model.decision_function(X[part])) for part in parts
@@ -200,6 +208,27 @@ def best_of(repeats: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
+def few_tables(data: Path, names: Sequence[str], seeds: int) -> None:
+    names = [n for n in FEDERATED if n in names]
+    if not names:
+        return
+    counts = [10, 25, 100]
+    print(f"### Ablation: fewer tables at epsilon = 0.1 (s = {PRIVATE_SAMPLE_SIZE}, {seeds}"
+          " seeds; noise scale m / epsilon per cell)\n")
+    print("| dataset | " + " | ".join(f"m={m}, p={p}" for m in counts for p in (2, 10)) + " |")
+    print("|---|" + "---|" * (2 * len(counts)))
+    for name in names:
+        X, y = load(data, name)
+        cells = []
+        for m in counts:
+            for p in (2, 10):
+                res = [federated_auc(X, y, p, "0.1", 2000 + seed, PRIVATE_SAMPLE_SIZE, ["mass"],
+                                     n_tables=m)["mass"] for seed in range(seeds)]
+                cells.append(f"{np.mean(res):.1f}")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    print()
+
+
 def speed(data: Path, names: Sequence[str], repeats: int) -> None:
     if "cover" not in names:
         return
@@ -250,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     centralised(args.data, args.datasets, seeds_c)
     federated(args.data, args.datasets, seeds_f, ["1", "0.1"])
     ablation(args.data, args.datasets, 3)
-    speed(args.data, args.datasets, 3)
+    few_tables(args.data, args.datasets, 3 if args.quick else 10)
+    speed(args.data, args.datasets, 5)
     print(f"Total benchmark time: {time.perf_counter() - start:.0f} s.")
 
 

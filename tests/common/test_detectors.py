@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,12 @@ from common.detectors.grid_knn import knn_grid_scores
 from common.detectors.lsh_itables import _subsample_histogram, cell_scores
 from common.grid import GridSpec
 from common.hashing import derive_lsh_family
+from common.release import add_discrete_laplace
 
 DATASETS = Path(__file__).parents[3] / "shared" / "datasets"
 needs_data = pytest.mark.skipif(not DATASETS.is_dir(), reason=f"{DATASETS} not present")
 
-DETECTORS = {
+DETECTORS: dict[str, Callable[..., BaseDetector]] = {
     "lsh": lambda **kw: LSHiTables(n_tables=20, sample_size=64, random_state=0, **kw),
     "grid": lambda **kw: GridKNN(bins=4, k=5, max_depth=2, **kw),
 }
@@ -145,11 +148,10 @@ def test_from_histogram_validates(counts: Any, match: str) -> None:
 def test_lsh_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every cell gets discrete Laplace noise of scale n_tables / epsilon (OpenDP)."""
     calls: list[tuple[int, object]] = []
-    real = lsh_module.add_discrete_laplace
 
-    def spy(counts: np.ndarray, sensitivity: int, epsilon: object) -> np.ndarray:
+    def spy(counts: np.ndarray, sensitivity: int, epsilon: Decimal | int | str) -> np.ndarray:
         calls.append((sensitivity, epsilon))
-        return real(counts, sensitivity, epsilon)
+        return add_discrete_laplace(counts, sensitivity, epsilon)
 
     monkeypatch.setattr(lsh_module, "add_discrete_laplace", spy)
     X = blobs()
@@ -167,12 +169,11 @@ def test_lsh_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_grid_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, object]] = []
-    real = grid_knn_module.add_discrete_laplace
 
-    def spy(counts: np.ndarray, sensitivity: int, epsilon: object) -> np.ndarray:
+    def spy(counts: np.ndarray, sensitivity: int, epsilon: Decimal | int | str) -> np.ndarray:
         calls.append((sensitivity, epsilon))
         assert counts.shape == (4**3,)  # dense: empty cells are noised too
-        return real(counts, sensitivity, epsilon)
+        return add_discrete_laplace(counts, sensitivity, epsilon)
 
     monkeypatch.setattr(grid_knn_module, "add_discrete_laplace", spy)
     X = blobs()
