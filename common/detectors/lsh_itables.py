@@ -12,8 +12,8 @@ Modes
 - Private (``epsilon`` set): every table counts *all* records, so the vector of all tables has
   L1 sensitivity ``m``; discrete Laplace noise of scale ``m / epsilon`` (OpenDP, via
   ``common.release.add_discrete_laplace``) is added to every cell. Public bounds are required.
-  The family is derived with ``private_sample_size`` (much smaller tables: under noise, few
-  full cells beat many sparse ones).
+  The family is derived with ``private_sample_size`` (default 16: 2 to 4 bits per table;
+  under noise, few full cells beat many sparse ones, see the ablation in BENCHMARKS.md).
 - From a merged histogram (``LSHiTables.from_histogram``): how a participant scores with the
   global model, the cell-wise sum of the participants' noisy releases.
 
