@@ -4,6 +4,11 @@
 attributes (names end in ``_``); ``decision_function(X)`` returns scores where *higher means
 more outlying*; ``predict(X)`` returns 1 for outliers using ``threshold_``, the
 ``1 - contamination`` quantile of the training scores ``decision_scores_``.
+
+The training scores, ``threshold_`` and ``labels_`` are computed on first access, not inside
+``fit``: building the model is cheap, scoring every training row is not, and a caller that
+only scores new rows should not pay for it. Until then the detector keeps a reference to the
+training rows (no copy).
 """
 
 from __future__ import annotations
@@ -23,9 +28,8 @@ class BaseDetector(ABC):
     """Common PyOD-style plumbing: thresholding, ``predict``, ``fit_predict``."""
 
     contamination: float
-    decision_scores_: NDArray[np.float64]
-    threshold_: float
-    labels_: NDArray[np.int64]
+    _calibration_rows: NDArray[np.float64] | None = None
+    _calibrated: tuple[NDArray[np.float64], float, NDArray[np.int64]] | None = None
 
     def __init__(self, contamination: float = 0.1) -> None:
         self.contamination = contamination
@@ -50,10 +54,39 @@ class BaseDetector(ABC):
         """
         self._check_contamination()
         scores = self.decision_function(X)
-        self.decision_scores_ = scores
-        self.threshold_ = float(np.quantile(scores, 1.0 - float(self.contamination)))
-        self.labels_ = (scores > self.threshold_).astype(np.int64)
+        threshold = float(np.quantile(scores, 1.0 - float(self.contamination)))
+        self._calibrated = (scores, threshold, (scores > threshold).astype(np.int64))
+        self._calibration_rows = None
         return self
+
+    def _calibrate_later(self, X: NDArray[np.float64]) -> None:
+        """Remember the training rows; :meth:`calibrate` runs on first access."""
+        self._check_contamination()
+        self._calibrated = None
+        self._calibration_rows = X
+
+    def _calibration(self) -> tuple[NDArray[np.float64], float, NDArray[np.int64]]:
+        if self._calibrated is None:
+            if self._calibration_rows is None:
+                raise AttributeError(f"{type(self).__name__} is neither fitted nor calibrated")
+            self.calibrate(self._calibration_rows)
+        assert self._calibrated is not None
+        return self._calibrated
+
+    @property
+    def decision_scores_(self) -> NDArray[np.float64]:
+        """Scores of the training (or calibration) rows."""
+        return self._calibration()[0]
+
+    @property
+    def threshold_(self) -> float:
+        """The ``1 - contamination`` quantile of ``decision_scores_``."""
+        return self._calibration()[1]
+
+    @property
+    def labels_(self) -> NDArray[np.int64]:
+        """1 for training rows above ``threshold_``."""
+        return self._calibration()[2]
 
     def predict(self, X: ArrayLike) -> NDArray[np.int64]:
         """1 for rows scored above ``threshold_`` (outliers), 0 otherwise."""

@@ -216,7 +216,8 @@ class GridKNN(BaseDetector):
                 )
             counts = add_discrete_laplace(spec.dense_counts(arr), 1, self.epsilon)
         self._set_model(spec, counts)
-        return self.calibrate(arr)
+        self._calibrate_later(arr)
+        return self
 
     @classmethod
     def from_counts(

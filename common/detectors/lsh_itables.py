@@ -194,9 +194,7 @@ class LSHiTables(BaseDetector):
             counts = family.histogram(arr)
         self._set_model(family, counts, self.scoring or ("log" if self.epsilon is None
                                                           else "mass"))
-        self.decision_scores_ = self._score(arr)
-        self.threshold_ = float(np.quantile(self.decision_scores_, 1.0 - self.contamination))
-        self.labels_ = (self.decision_scores_ > self.threshold_).astype(np.int64)
+        self._calibrate_later(arr)
         return self
 
     @classmethod

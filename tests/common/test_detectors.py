@@ -273,3 +273,14 @@ def test_auc_floor(name: str, make: Any, floor: float) -> None:
     X, y = load(name)
     det = make(X).fit(X)
     assert roc_auc_score(y, det.decision_scores_) >= floor
+
+
+@pytest.mark.parametrize("make", [lambda: LSHiTables(random_state=0), lambda: GridKNN(bins=3)])
+def test_training_scores_are_computed_on_first_access(make) -> None:
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    det = make().fit(X)
+    assert det._calibrated is None  # fit builds the model only
+    np.testing.assert_array_equal(det.labels_, det.decision_function(X) > det.threshold_)
+    np.testing.assert_allclose(det.decision_scores_, det.decision_function(X))
+    with pytest.raises(NotFittedError):
+        make().predict(X)
