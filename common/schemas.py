@@ -75,7 +75,11 @@ class LSHCreate(_Input):
 
     n_tables: int = Field(default=100, strict=True, ge=1, le=1000, description="Tables m.")
     sample_size: int = Field(
-        default=1000, strict=True, ge=2, le=65536, description="Expected table size s."
+        default=16,
+        strict=True,
+        ge=2,
+        le=65536,
+        description="Expected table size s (default 16: small tables suit noisy counts).",
     )
     scoring: Literal["log", "mass"] | None = Field(
         default=None, description="LSHiTables cell scoring; null lets the detector choose."

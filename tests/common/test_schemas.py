@@ -37,7 +37,7 @@ def test_contribution_round_trip() -> None:
 
 def test_study_create_defaults() -> None:
     s = schemas.StudyCreate.model_validate_json(json.dumps(STUDY))
-    assert s.lsh.sample_size == 1000 and s.valid_days == 365 and s.grid is None
+    assert s.lsh.sample_size == 16 and s.valid_days == 365 and s.grid is None
 
 
 @pytest.mark.parametrize(
