@@ -173,16 +173,55 @@ def make_threshold_noise(
     return build(hi)[0], hi
 
 
-def release_lsh(family: LSHFamily, X: ArrayLike, epsilon: Decimal | int | str) -> Release:
-    """Noisy histogram of all records in all tables, ``scale = n_tables / epsilon``.
+def release_lsh_counts(
+    counts: ArrayLike, n_tables: int, epsilon: Decimal | int | str
+) -> Release:
+    """Noisy release of an exact flat LSH histogram, ``scale = n_tables / epsilon``.
 
-    Every record is counted in every table (no fixed-size subsampling, which would break the
-    sensitivity bound) and every cell is noised, so the release is epsilon-DP.
+    ``counts`` must count every record once in each of the ``n_tables`` tables (no fixed-size
+    subsampling, which would break the sensitivity bound); every cell is noised (epsilon-DP).
+    Exact counts may be accumulated chunk by chunk before this single noise draw.
     """
     cost = _positive(epsilon)
-    counts = family.histogram(X)
-    noisy = add_discrete_laplace(counts, family.n_tables, cost.epsilon)
-    return Release("lsh", "dense", family.n_cells, noisy, None, cost)
+    exact = np.asarray(counts, dtype=np.int64)
+    noisy = add_discrete_laplace(exact, n_tables, cost.epsilon)
+    return Release("lsh", "dense", int(exact.size), noisy, None, cost)
+
+
+def release_grid_counts(
+    counts: ArrayLike | tuple[ArrayLike, ArrayLike],
+    n_cells: int,
+    epsilon: Decimal | int | str,
+    delta: Decimal | int | str = 0,
+) -> Release:
+    """Noisy release of exact grid counts (sensitivity 1).
+
+    ``counts`` is either the dense vector of all ``n_cells`` cells (every cell, empty ones too,
+    gets discrete Laplace noise of scale ``1 / epsilon``; ``delta`` must be 0) or a pair
+    ``(cells, counts)`` of the occupied cells, released with the thresholded mechanism
+    (:func:`make_threshold_noise`; ``delta`` > 0 and part of the cost).
+    """
+    cost = PrivacyBudget(epsilon, delta)
+    _positive(epsilon)
+    if not isinstance(counts, tuple):
+        if cost.delta != 0:
+            raise ValueError("a dense grid release is pure epsilon-DP; pass delta=0")
+        exact = np.asarray(counts, dtype=np.int64)
+        if exact.size != n_cells:
+            raise ValueError(f"dense grid counts must have {n_cells} cells, got {exact.size}")
+        return Release("grid", "dense", n_cells, add_discrete_laplace(exact, 1, cost.epsilon),
+                       None, cost)
+    meas, _ = make_threshold_noise(cost.epsilon, cost.delta)
+    cells, values = (np.asarray(a, dtype=np.int64).tolist() for a in counts)
+    released: dict[int, int] = meas(dict(zip(cells, values, strict=True)))
+    indices = np.array(sorted(released), dtype=np.int64)
+    out = np.array([released[int(i)] for i in indices], dtype=np.int64)
+    return Release("grid", "sparse", n_cells, out, indices, cost)
+
+
+def release_lsh(family: LSHFamily, X: ArrayLike, epsilon: Decimal | int | str) -> Release:
+    """:func:`release_lsh_counts` of the histogram of all records ``X`` in all tables."""
+    return release_lsh_counts(family.histogram(X), family.n_tables, epsilon)
 
 
 def release_grid(
@@ -192,21 +231,11 @@ def release_grid(
     delta: Decimal | int | str,
     cell_limit: int,
 ) -> Release:
-    """Noisy grid counts: dense and epsilon-DP up to ``cell_limit`` cells, else sparse.
-
-    Dense: every cell (empty ones too) plus discrete Laplace noise, ``scale = 1 / epsilon``;
-    ``delta`` must be 0. Sparse: occupied cells noised and thresholded
-    (:func:`make_threshold_noise`); ``delta`` must be > 0 and is part of the cost.
-    """
-    cost = PrivacyBudget(epsilon, delta)
-    _positive(epsilon)
+    """Noisy grid counts of ``X``: dense (epsilon-DP) up to ``cell_limit`` cells, else sparse
+    and thresholded ((epsilon, delta)-DP); see :func:`release_grid_counts`."""
     if spec.n_cells <= cell_limit:
-        if cost.delta != 0:
-            raise ValueError("a dense grid release is pure epsilon-DP; pass delta=0")
-        noisy = add_discrete_laplace(spec.dense_counts(X), 1, cost.epsilon)
-        return Release("grid", "dense", spec.n_cells, noisy, None, cost)
-    meas, _ = make_threshold_noise(cost.epsilon, cost.delta)
-    released: dict[int, int] = meas(spec.counts(X))
-    indices = np.array(sorted(released), dtype=np.int64)
-    values = np.array([released[int(i)] for i in indices], dtype=np.int64)
-    return Release("grid", "sparse", spec.n_cells, values, indices, cost)
+        return release_grid_counts(spec.dense_counts(X), spec.n_cells, epsilon, delta)
+    occupied = spec.counts(X)
+    cells = np.fromiter(occupied.keys(), dtype=np.int64, count=len(occupied))
+    values = np.fromiter(occupied.values(), dtype=np.int64, count=len(occupied))
+    return release_grid_counts((cells, values), spec.n_cells, epsilon, delta)

@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.encoding import encode_release
 from common.grid import GridSpec
 from common.hashing import LSHFamily
-from common.release import Release, add_discrete_laplace, make_threshold_noise
+from common.release import Release, release_grid_counts, release_lsh_counts
 from common.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data import DataSource
@@ -93,37 +92,16 @@ def exact_histograms(
     return out
 
 
-def _dense_release(kind: str, counts: NDArray[np.int64], sensitivity: int, epsilon: Any) -> Release:
-    """Every cell of an exact histogram plus discrete Laplace noise (OpenDP, common.release).
-
-    Same mechanism as ``common.release.release_lsh`` / dense ``release_grid``, applied to
-    counts accumulated chunk by chunk instead of to an in-memory record matrix.
-    """
-    noisy = add_discrete_laplace(counts, sensitivity, epsilon)
-    return Release(kind, "dense", int(counts.size), noisy, None,  # type: ignore[arg-type]
-                   PrivacyBudget(epsilon))
-
-
-def _sparse_release(n_cells: int, cells: NDArray[np.int64], counts: NDArray[np.int64],
-                    epsilon: Any, delta: Any) -> Release:
-    """Thresholded noise on occupied cells (``common.release.make_threshold_noise``)."""
-    meas, _ = make_threshold_noise(epsilon, delta)
-    released: dict[int, int] = meas(dict(zip(cells.tolist(), counts.tolist(), strict=True)))
-    indices = np.array(sorted(released), dtype=np.int64)
-    values = np.array([released[int(i)] for i in indices], dtype=np.int64)
-    return Release("grid", "sparse", n_cells, values, indices, PrivacyBudget(epsilon, delta))
-
-
 def noisy_releases(config: StudyConfig, exact: ExactCounts) -> tuple[Release, Release | None]:
     """Draw the noise, once. Only called after the ledger has reserved the cost."""
     p = config.privacy
-    lsh = _dense_release("lsh", exact.lsh, config.lsh_family().n_tables, p.epsilon_lsh)
+    lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables, p.epsilon_lsh)
     grid = None
     if exact.grid_dense is not None:
-        grid = _dense_release("grid", exact.grid_dense, 1, p.epsilon_grid)
+        grid = release_grid_counts(exact.grid_dense, config.grid_cells, p.epsilon_grid)
     elif exact.grid_cells is not None and exact.grid_counts is not None:
-        grid = _sparse_release(config.grid_cells, exact.grid_cells, exact.grid_counts,
-                               p.epsilon_grid, p.delta_grid)
+        grid = release_grid_counts((exact.grid_cells, exact.grid_counts), config.grid_cells,
+                                   p.epsilon_grid, p.delta_grid)
     return lsh, grid
 
 

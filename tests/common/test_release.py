@@ -152,3 +152,15 @@ def test_release_validates_shape() -> None:
         Release("lsh", "dense", 3, np.zeros(2, np.int64), None, PrivacyBudget(1))
     with pytest.raises(ValueError, match="increase"):
         Release("grid", "sparse", 3, np.zeros(2, np.int64), np.array([2, 1]), PrivacyBudget(1))
+
+
+def test_release_from_accumulated_counts_checks_shape_and_carries_cost() -> None:
+    from common.release import release_grid_counts, release_lsh_counts
+
+    lsh = release_lsh_counts(np.zeros(40, dtype=np.int64), 10, "0.5")
+    assert lsh.n_cells == 40 and lsh.cost == PrivacyBudget("0.5")
+    with pytest.raises(ValueError, match="must have 8 cells"):
+        release_grid_counts(np.zeros(7, dtype=np.int64), 8, "1")
+    sparse = release_grid_counts((np.array([3, 5]), np.array([500, 1])), 10**12, "1", "1e-6")
+    assert sparse.layout == "sparse" and sparse.cost == PrivacyBudget("1", "1e-6")
+    assert 5 not in sparse.indices.tolist()  # a single record is below the threshold
