@@ -117,6 +117,17 @@ Delta = Annotated[
 """Non-negative delta: a decimal string with at most 18 decimals; floats refused."""
 StudyId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 _Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+NTables = Annotated[int, Field(strict=True, ge=1, le=1000, description="Tables m.")]
+SampleSize = Annotated[
+    int,
+    Field(
+        strict=True,
+        ge=2,
+        le=65536,
+        description="Expected table size s of the paper; sets the number of bits per table. "
+        "Released tables are noisy: small tables (16, i.e. 2-4 bits) beat the paper's 1000.",
+    ),
+]
 _UTC = Annotated[
     AwareDatetime,
     PlainSerializer(
@@ -166,15 +177,8 @@ class LSHParams(_Model):
     Optional detector parameters travel here too, so every participant scores alike.
     """
 
-    n_tables: int = Field(default=100, strict=True, ge=1, le=1000, description="Tables m.")
-    sample_size: int = Field(
-        default=16,
-        strict=True,
-        ge=2,
-        le=65536,
-        description="Expected table size s of the paper; sets the number of bits per table. "
-        "Released tables are noisy: small tables (16, i.e. 2-4 bits) beat the paper's 1000.",
-    )
+    n_tables: NTables = 100
+    sample_size: SampleSize = 16
     seed: _Hex64 = Field(description="Public hash seed, 32 bytes as lowercase hex.")
     digest: _Hex64 = Field(
         description="SHA-256 of the hash functions derived from the seed (LSHFamily.digest())."

@@ -19,7 +19,9 @@ from common.config import (
     Epsilon,
     FeatureSpec,
     GridParams,
+    NTables,
     PrivacyParams,
+    SampleSize,
     SignedConfig,
     StudyId,
 )
@@ -73,14 +75,8 @@ class _Output(BaseModel):
 class LSHCreate(_Input):
     """LSH parameters an administrator chooses; the seed and digest are drawn by the server."""
 
-    n_tables: int = Field(default=100, strict=True, ge=1, le=1000, description="Tables m.")
-    sample_size: int = Field(
-        default=16,
-        strict=True,
-        ge=2,
-        le=65536,
-        description="Expected table size s (default 16: small tables suit noisy counts).",
-    )
+    n_tables: NTables = 100
+    sample_size: SampleSize = 16
     scoring: Literal["log", "mass"] | None = Field(
         default=None, description="LSHiTables cell scoring; null lets the detector choose."
     )

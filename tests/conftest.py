@@ -12,6 +12,22 @@ def _pg_base_url() -> str:
     return _os.environ.get("FEDOD_TEST_POSTGRES_URL", _DEFAULT_PG)
 
 
+def _schema_url(prefix: str):
+    """Yield a URL into a new, empty schema of the test database; drop the schema after."""
+    import sqlalchemy as sa
+
+    base = _pg_base_url()
+    schema = f"{prefix}_{_secrets.token_hex(6)}"
+    engine = sa.create_engine(base)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in base else "?"
+    yield f"{base}{sep}options={_quote(f'-csearch_path={schema}')}"
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    engine.dispose()
+
+
 @_pytest.fixture(scope="session")
 def postgres_url():
     """A URL into a fresh PostgreSQL schema of the test database, dropped afterwards.
@@ -30,14 +46,8 @@ def postgres_url():
         if _os.environ.get("CI", "").lower() == "true":
             _pytest.fail(f"PostgreSQL at {base} is required under CI: {exc.orig}")
         _pytest.skip(f"PostgreSQL not reachable at {base}")
-    schema = f"fedod_t_{_secrets.token_hex(6)}"
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    yield f"{base}{sep}options={_quote(f'-csearch_path={schema}')}"
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
     engine.dispose()
+    yield from _schema_url("fedod_t")
 
 
 class CoordinatorKit:
@@ -361,15 +371,4 @@ def coordinator_server(tmp_path):
 @_pytest.fixture
 def fresh_postgres_url(postgres_url):
     """A URL into an empty schema of its own (for a server that runs its own migrations)."""
-    import sqlalchemy as sa
-
-    schema = f"fedod_i_{_secrets.token_hex(6)}"
-    base = _pg_base_url()
-    engine = sa.create_engine(base)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    yield f"{base}{sep}options={_quote(f'-csearch_path={schema}')}"
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-    engine.dispose()
+    yield from _schema_url("fedod_i")

@@ -20,6 +20,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 
+def as_matrix(X: ArrayLike) -> NDArray[np.float64]:
+    """``X`` as a non-empty, finite 2-D float64 array, or a ValueError saying what is wrong."""
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise ValueError(f"X must be a non-empty 2-D array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("X contains NaN or infinite values")
+    return arr
+
+
 class NotFittedError(RuntimeError):
     """The detector has no model yet: call ``fit`` (or build it ``from_*``) first."""
 

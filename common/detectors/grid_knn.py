@@ -32,21 +32,12 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.detectors.base import BaseDetector, NotFittedError
+from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.grid import GridSpec
 from common.release import add_discrete_laplace
 
 Counts = NDArray[np.integer[Any]] | Mapping[int, int] | tuple[ArrayLike, ArrayLike]
 _MAX_BLOCK = 4_000_000
-
-
-def _as_matrix(X: ArrayLike) -> NDArray[np.float64]:
-    arr = np.asarray(X, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[0] == 0:
-        raise ValueError(f"X must be a non-empty 2-D array, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("X contains NaN or infinite values")
-    return arr
 
 
 def _sparse(spec: GridSpec, counts: Counts) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -202,7 +193,7 @@ class GridKNN(BaseDetector):
     def fit(self, X: ArrayLike, y: Any = None) -> Self:
         """Count ``X`` in the grid (noised when private); returns ``self``."""
         self._check_params()
-        arr = _as_matrix(X)
+        arr = as_matrix(X)
         spec = self._spec(arr)
         counts: Counts
         if self.epsilon is None:
@@ -255,7 +246,7 @@ class GridKNN(BaseDetector):
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
-        cells, inverse = np.unique(self.spec_.cell_index(_as_matrix(X)), return_inverse=True)
+        cells, inverse = np.unique(self.spec_.cell_index(as_matrix(X)), return_inverse=True)
         scores = knn_grid_scores(self.spec_.coords_of(cells), self.cell_coords_, self.cell_counts_,
                                  k=self.k, max_depth=self.max_depth, weighted=self.weighted)
         return scores[inverse.ravel()]

@@ -36,21 +36,12 @@ from typing import Any, Literal, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.detectors.base import BaseDetector, NotFittedError
+from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.hashing import LSHFamily, derive_lsh_family
 from common.release import add_discrete_laplace
 
 Scoring = Literal["log", "mass"]
 PRIVATE_SAMPLE_SIZE = 16
-
-
-def _as_matrix(X: ArrayLike) -> NDArray[np.float64]:
-    arr = np.asarray(X, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[0] == 0:
-        raise ValueError(f"X must be a non-empty 2-D array, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("X contains NaN or infinite values")
-    return arr
 
 
 def _seed_from(random_state: int | None) -> bytes:
@@ -179,7 +170,7 @@ class LSHiTables(BaseDetector):
     def fit(self, X: ArrayLike, y: Any = None) -> Self:
         """Build (and, when private, noise) the tables from ``X``; returns ``self``."""
         self._check_contamination()
-        arr = _as_matrix(X)
+        arr = as_matrix(X)
         family = self._derive(arr)
         if self.epsilon is not None:
             counts = add_discrete_laplace(family.histogram(arr), family.n_tables, self.epsilon)
@@ -240,4 +231,4 @@ class LSHiTables(BaseDetector):
         """Negated mean per-table cell score of each row; higher = more outlying."""
         if not hasattr(self, "family_"):
             raise NotFittedError("LSHiTables is not fitted: call fit or from_histogram")
-        return self._score(_as_matrix(X))
+        return self._score(as_matrix(X))
