@@ -139,7 +139,7 @@ class ParticipantPublic(_Output):
 
 
 class ParticipantUpdate(_Input):
-    """Raise a participant's caps (lowering is refused by the coordinator)."""
+    """Change a participant's caps; a cap below what it has already spent is refused (409)."""
 
     epsilon_cap: Epsilon | None = Field(default=None, description="New epsilon cap.")
     delta_cap: Delta | None = Field(default=None, description="New delta cap.")
@@ -189,7 +189,9 @@ class ModelPublic(_Output):
 
     study_id: StudyId
     config_version: int
-    version: int = Field(description='Model version; the ETag is `"<study>-<version>"`.')
+    version: int = Field(
+        description='Model version; the ETag is `"<study>-<config version>-<version>"`.'
+    )
     contributors: int = Field(description="Number of contributions summed.")
     lsh: EncodedCounts = Field(description="Summed LSH histogram.")
     grid: EncodedCounts | None = Field(default=None, description="Summed grid counts.")

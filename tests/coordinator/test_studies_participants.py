@@ -84,14 +84,14 @@ def test_model_etag_and_access(client, make_participant, make_study, coord_kit, 
     h1, h2 = make_participant("h1"), make_participant("h2")
     signed = make_study("s1", members=[h1])
     r = client.get("/v1/studies/s1/model", headers=h1.headers)
-    assert r.status_code == 200 and r.headers["etag"] == '"s1-0"'
+    assert r.status_code == 200 and r.headers["etag"] == '"s1-1-0"'
     assert r.json()["lsh"]["n_cells"] == coord_kit.config_of(signed).lsh_cells
-    r304 = client.get("/v1/studies/s1/model", headers={**h1.headers, "If-None-Match": '"s1-0"'})
+    r304 = client.get("/v1/studies/s1/model", headers={**h1.headers, "If-None-Match": '"s1-1-0"'})
     assert r304.status_code == 304 and r304.content == b""
     body, _, _ = coord_kit.release(signed, rng)
     client.post("/v1/studies/s1/contributions", json=body, headers=h1.headers)
-    r = client.get("/v1/studies/s1/model", headers={**h1.headers, "If-None-Match": '"s1-0"'})
-    assert r.status_code == 200 and r.headers["etag"] == '"s1-1"' and r.json()["version"] == 1
+    r = client.get("/v1/studies/s1/model", headers={**h1.headers, "If-None-Match": '"s1-1-0"'})
+    assert r.status_code == 200 and r.headers["etag"] == '"s1-1-1"' and r.json()["version"] == 1
     r = client.get("/v1/studies/s1/model", headers=h2.headers)
     assert r.status_code == 403 and "not a member" in r.json()["detail"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.schemas import ModelPublic
 from fastapi import APIRouter, Header, Response, status
 
+from common.schemas import ModelPublic
 from coordinator.api.deps import SessionDep, StudyReader
 from coordinator.models import Aggregate
 from coordinator.services.aggregate import model_json
@@ -24,7 +24,7 @@ def get_model(
     """Merged sums, contributor count and version; ETag / If-None-Match give 304."""
     aggregate = session.get(Aggregate, study.id)
     assert aggregate is not None
-    etag = f'"{study.id}-{aggregate.version}"'
+    etag = f'"{study.id}-{study.config_version}-{aggregate.version}"'
     headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
     if if_none_match and etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
