@@ -123,12 +123,12 @@ def split_hospitals(
 ) -> list[Hospital]:
     """Split records unevenly: a large general hospital, clinics and one specialist clinic.
 
-    The general hospital receives most inliers (72 %) and few outliers (10 %). The smaller
-    hospitals are referral centres: each receives a *cluster* of similar unusual cases (the
-    outliers nearest to a seeded one, in standardised feature space) on top of a small share
-    of inliers; the specialist clinic (the last hospital) receives 60 % of the outliers. Locally
-    those cases are common and alike, so they hide among each other; only the population-wide
-    model shows them as rare. Needs at least 2 hospitals.
+    The general hospital receives most inliers (82 %) and few outliers (10 %). The smaller
+    hospitals are referral centres that receive *kinds* of unusual cases: the outliers are
+    ordered by distance to a seeded one (in standardised feature space); the specialist
+    clinic (the last hospital) takes the nearest 50 %, the clinics the next 40 %, on top of a
+    small share of inliers each. Locally those cases are common and alike, so they hide among
+    each other; only the population-wide model shows them as rare. Needs >= 2 hospitals.
     """
     if n_hospitals < 2:
         raise ValueError("the simulation needs at least 2 hospitals")
@@ -136,9 +136,9 @@ def split_hospitals(
     inliers = rng.permutation(np.flatnonzero(y == 0))
     clinics = n_hospitals - 2
     small_in = [0.10 / clinics] * clinics if clinics else []
-    small_out = [0.30 / clinics] * clinics if clinics else []
+    small_out = [0.40 / clinics] * clinics if clinics else []
     inlier_share = np.array([0.82 if clinics else 0.92, *small_in, 0.08])
-    outlier_share = np.array([0.10 if clinics else 0.40, *small_out, 0.60])
+    outlier_share = np.array([0.10 if clinics else 0.40, *small_out, 0.50])
     parts_in = np.split(inliers, (np.cumsum(inlier_share)[:-1] * inliers.size).astype(int))
     parts_out = _cluster_outliers(X, np.flatnonzero(y == 1), outlier_share, rng)
     names = ["general"] + [f"clinic-{i + 1}" for i in range(clinics)] + ["specialist"]
@@ -155,8 +155,8 @@ def _cluster_outliers(
     shares: NDArray[np.float64],
     rng: np.random.Generator,
 ) -> list[NDArray[np.int64]]:
-    """Give each smaller hospital (index >= 1) the outliers nearest a seeded one; the general
-    hospital (index 0) gets what is left."""
+    """Outliers by distance to a seeded one: the last hospital takes the nearest, the ones
+    before it the next; the general hospital (index 0) gets what is left."""
     Z = (X - X.mean(axis=0)) / np.where(X.std(axis=0) > 0, X.std(axis=0), 1.0)
     sizes = np.floor(shares * outliers.size).astype(int)
     sizes[0] = outliers.size - sizes[1:].sum()
@@ -164,9 +164,7 @@ def _cluster_outliers(
     parts: list[NDArray[np.int64]] = [np.empty(0, np.int64)] * len(shares)
     centre = Z[left[0]]
     left.sort(key=lambda r: float(np.sum((Z[r] - centre) ** 2)))
-    parts[-1] = np.array(left[: sizes[-1]], dtype=np.int64)
-    left = list(rng.permutation(left[sizes[-1] :]))
-    for h in range(len(shares) - 2, 0, -1):
+    for h in range(len(shares) - 1, 0, -1):
         parts[h], left = np.array(left[: sizes[h]], dtype=np.int64), left[sizes[h] :]
     parts[0] = np.array(left, dtype=np.int64)
     return parts
