@@ -315,6 +315,16 @@ def load_data(args: argparse.Namespace) -> dd.Dataset:
     return dd.load_breast_cancer_outliers(args.seed)
 
 
+def _positive_decimal(text: str) -> str:
+    try:
+        ok = Decimal(text) > 0
+    except ArithmeticError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fedod-simulate",
@@ -365,10 +375,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.hospitals < 2:
         build_parser().error("--hospitals must be at least 2")
-    if args.export:
-        export(args)
-        return 0
-    rows, facts = run(args)
+    try:
+        if args.export:
+            export(args)
+            return 0
+        rows, facts = run(args)
+    except httpx.HTTPStatusError as exc:
+        print(f"fedod-simulate: error: coordinator said {exc.response.status_code}: "
+              f"{exc.response.text[:500]}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError, ArithmeticError) as exc:
+        print(f"fedod-simulate: error: {exc}", file=sys.stderr)
+        return 2
     proc = facts.pop("_proc", None)
     if args.json:
         print(json.dumps({"hospitals": [asdict(r) for r in rows], **facts}, indent=2))
