@@ -336,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--epsilon",
         default="1.0",
+        type=_positive_decimal,
         help="epsilon each hospital spends on its one release, LSH + grid (1.0)",
     )
     p.add_argument(
