@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent
 @pytest.mark.parametrize(
     "argv",
     [
-        [str(BIN / "ruff"), "check", "."],
+        [str(BIN / "ruff"), "check", "--no-cache", "."],
         [str(BIN / "mypy"), "common", "coordinator", "participant"],
     ],
     ids=["ruff", "mypy"],

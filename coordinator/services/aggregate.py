@@ -6,12 +6,12 @@ from collections import OrderedDict
 from threading import Lock
 
 import numpy as np
-from common.schemas import ModelPublic
 from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.encoding import EncodedCounts, encode_counts
 from common.merge import merge_sparse, merge_sum
+from common.schemas import ModelPublic
 from coordinator.models import Aggregate
 
 _I8 = np.dtype("<i8")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from common.schemas import BudgetPublic, LedgerEntryPublic
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
+from common.schemas import BudgetPublic, LedgerEntryPublic
 from coordinator.models import LedgerEntry, Participant
 
 

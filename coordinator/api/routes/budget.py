@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.schemas import BudgetPublic
 from fastapi import APIRouter
 
+from common.schemas import BudgetPublic
 from coordinator.api.deps import AdminDep, SessionDep
 from coordinator.services.ledger import all_budgets
 

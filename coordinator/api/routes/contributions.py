@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from common.schemas import ContributionCreate, ContributionPublic
 from fastapi import APIRouter, Response, status
 
 from common.budget import PrivacyBudget
+from common.schemas import ContributionCreate, ContributionPublic
 from coordinator.api.deps import CurrentParticipant, SessionDep, SettingsDep, StudyMember
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.schemas import KeyPublic
 from fastapi import APIRouter
 
+from common.schemas import KeyPublic
 from coordinator.api.deps import KeysDep
 
 router = APIRouter(tags=["keys"])

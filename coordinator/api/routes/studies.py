@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from common.schemas import MemberAdd, StudyCreate, StudyPublic
 from fastapi import APIRouter, Response, status
 
 from common.config import SignedConfig
+from common.schemas import MemberAdd, StudyCreate, StudyPublic
 from coordinator.api.deps import AdminDep, KeysDep, SessionDep, StudyReader
 from coordinator.services import studies
 
