@@ -382,7 +382,7 @@ def new_study_config(
     *,
     privacy: PrivacyParams,
     n_tables: int = 100,
-    sample_size: int = 1000,
+    sample_size: int = 16,
     grid: GridParams | None = None,
     version: int = 1,
     valid_days: int = 365,
