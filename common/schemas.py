@@ -22,10 +22,10 @@ from common.config import (
     NTables,
     PrivacyParams,
     SampleSize,
-    SignedConfig,
     StudyId,
 )
 from common.encoding import EncodedCounts
+from common.signing import SignedConfig
 
 __all__ = [
     "Name",

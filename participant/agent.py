@@ -22,14 +22,9 @@ import httpx
 from pydantic import ValidationError
 
 from common.budget import PrivacyBudget
-from common.config import (
-    SignedConfig,
-    StudyConfig,
-    key_fingerprint,
-    public_key_from_pem,
-    verify_config,
-)
+from common.config import StudyConfig
 from common.errors import ConfigError, SignatureInvalid
+from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
 from participant.ledger import Ledger

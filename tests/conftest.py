@@ -162,7 +162,7 @@ class ParticipantCoordinator:
         return httpx.get(self.url + "/v1/key", timeout=10).json()["key_id"]
 
     def signing_key(self):
-        from common.config import load_private_key
+        from common.signing import load_private_key
 
         return load_private_key(self.data_dir / "signing_key.pem")
 

@@ -10,9 +10,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from common.config import SignedConfig, StudyConfig, new_study_config, sign_config
+from common.config import StudyConfig, new_study_config
 from common.errors import Conflict, InvalidInput, NotFound
 from common.schemas import StudyCreate, StudyPublic
+from common.signing import SignedConfig, sign_config
 from coordinator.keys import KeyStore
 from coordinator.models import Aggregate, Member, Participant, Study, utcnow
 

@@ -20,20 +20,22 @@ from common.config import (
     FeatureSpec,
     GridParams,
     PrivacyParams,
-    SignedConfig,
     StudyConfig,
     canonical_json,
+    new_study_config,
+)
+from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
+from common.signing import (
+    SignedConfig,
     generate_key,
     key_fingerprint,
     load_private_key,
-    new_study_config,
     public_key_from_pem,
     public_key_pem,
     save_private_key,
     sign_config,
     verify_config,
 )
-from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 KEY = generate_key()

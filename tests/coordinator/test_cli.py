@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from common.config import SignedConfig, public_key_from_pem, verify_config
 from common.errors import SignatureInvalid
+from common.signing import SignedConfig, public_key_from_pem, verify_config
 from coordinator.cli import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, build_parser, main
 
 

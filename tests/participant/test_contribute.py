@@ -11,18 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.budget import PrivacyBudget
-from common.config import (
-    FeatureSpec,
-    GridParams,
-    PrivacyParams,
-    generate_key,
-    key_fingerprint,
-    new_study_config,
-    public_key_pem,
-    sign_config,
-)
+from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.encoding import EncodedCounts, decode_counts
 from common.errors import BudgetExceeded, CoordinatorUnavailable, SchemaMismatch
+from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant import contribute as rel
 from participant.agent import Agent, DataOptions
 from participant.cli import exit_code

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from common.config import SignedConfig
 from common.schemas import MemberAdd, StudyCreate, StudyPublic
+from common.signing import SignedConfig
 from coordinator.api.deps import AdminDep, KeysDep, SessionDep, StudyReader
 from coordinator.services import studies
 
