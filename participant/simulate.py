@@ -14,7 +14,6 @@ and the participant CLI is told to ignore that column.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import secrets
@@ -23,17 +22,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from common.detectors import LSHiTables
 from participant import demo_data as dd
+from participant.sim_report import HospitalResult, auc, format_table, read_scores
 
 STUDY = "sim-study"
 # Public, domain-knowledge grid features for the default data (tumour size, texture and shape:
@@ -41,34 +39,10 @@ STUDY = "sim-study"
 GRID_FEATURES = ["worst_radius", "worst_texture", "worst_concave_points"]
 
 
-@dataclass
-class HospitalResult:
-    """One row of the simulation table."""
-
-    hospital: str
-    kind: str
-    records: int
-    outliers: int
-    auc_alone: float
-    auc_federated: float
-    auc_federated_grid: float
-    auc_federated_combined: float
-    auc_centralised: float
-    epsilon_spent: str
-    epsilon_cap: str
-    scores: str
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _auc(y: np.ndarray, score: np.ndarray) -> float:
-    if len(set(y.tolist())) < 2:
-        return float("nan")
-    return round(100 * float(roc_auc_score(y, score)), 1)
 
 
 def start_coordinator(workdir: Path, database_url: str | None, port: int) -> tuple[Any, str, str]:
@@ -220,8 +194,8 @@ def _simulate(
     rows = []
     for h, out in zip(hospitals, outs, strict=True):
         y = data.y[h.rows]
-        fed = _read_scores(out, [f"r{r:06d}" for r in h.rows])
-        auc_fed = {col: _auc(y, fed[col]) for col in fed}
+        fed = read_scores(out, [f"r{r:06d}" for r in h.rows])
+        auc_fed = {col: auc(y, fed[col]) for col in fed}
         alone = LSHiTables(random_state=args.seed).fit(data.X[h.rows])
         rows.append(
             HospitalResult(
@@ -229,11 +203,11 @@ def _simulate(
                 kind=h.kind,
                 records=int(h.rows.size),
                 outliers=int(y.sum()),
-                auc_alone=_auc(y, alone.decision_function(data.X[h.rows])),
+                auc_alone=auc(y, alone.decision_function(data.X[h.rows])),
                 auc_federated=auc_fed["score_lsh"],
                 auc_federated_grid=auc_fed["score_grid"],
                 auc_federated_combined=auc_fed["outlier_score"],
-                auc_centralised=_auc(y, central.decision_function(data.X[h.rows])),
+                auc_centralised=auc(y, central.decision_function(data.X[h.rows])),
                 epsilon_spent=budgets[h.name]["epsilon_spent"],
                 epsilon_cap=budgets[h.name]["epsilon_cap"],
                 scores=str(out),
@@ -246,51 +220,6 @@ def _simulate(
         "split": {h.name: h.rows.size for h in hospitals},
     }
     return rows, facts
-
-
-def _read_scores(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
-    """Per-detector federated scores from a hospital's score file, in ``keys`` order."""
-    with path.open(newline="") as fh:
-        rows = {row[dd.ID_COLUMN]: row for row in csv.DictReader(fh)}
-    cols = ("score_lsh", "score_grid", "outlier_score")
-    return {c: np.array([float(rows[k][c]) for k in keys]) for c in cols}
-
-
-def format_table(rows: list[HospitalResult]) -> str:
-    """The table a person reads: one line per hospital."""
-    head = (
-        "hospital",
-        "kind",
-        "records",
-        "outliers",
-        "AUC alone",
-        "AUC federated",
-        "(grid)",
-        "(combined)",
-        "AUC centralised",
-        "epsilon spent/cap",
-    )
-    body = [
-        (
-            r.hospital,
-            r.kind,
-            str(r.records),
-            str(r.outliers),
-            f"{r.auc_alone:.1f}",
-            f"{r.auc_federated:.1f}",
-            f"{r.auc_federated_grid:.1f}",
-            f"{r.auc_federated_combined:.1f}",
-            f"{r.auc_centralised:.1f}",
-            f"{r.epsilon_spent}/{r.epsilon_cap}",
-        )
-        for r in rows
-    ]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in (head, *body)
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def export(args: argparse.Namespace) -> None:
