@@ -154,3 +154,19 @@ def test_admin_token_is_not_a_participant(client):
     r = client.get("/v1/me", headers=ADMIN)
     assert (r.status_code, r.json()["detail"]) == (403, "this endpoint needs a participant "
                                                         "credential")
+
+
+def test_model_etag_changes_when_a_key_rotation_resigns_the_config(
+    app, client, make_participant, make_study
+):
+    from coordinator.services.studies import resign_all
+
+    h1 = make_participant("h1")
+    make_study("s1", members=[h1])
+    before = client.get("/v1/studies/s1/model", headers=h1.headers).headers["etag"]
+    app.state.keys.rotate()
+    with app.state.sessionmaker() as session:
+        assert resign_all(session, app.state.keys) == [("s1", 2)]
+    r = client.get("/v1/studies/s1/model", headers={**h1.headers, "If-None-Match": before})
+    assert r.status_code == 200 and r.headers["etag"] == '"s1-2-0"'
+    assert r.json()["config_version"] == 2
