@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from participant.agent import Agent, DataOptions
+from participant.config import Settings
 
-DEFAULT_STATE = os.environ.get("FEDOD_STATE_DIR", "~/.fedod-participant")
+DEFAULT_STATE = Settings().state_dir
 
 
 def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
@@ -46,7 +46,7 @@ def _clipped(clipped: dict[str, int]) -> str:
 
 
 def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
-    token = args.token or os.environ.get("FEDOD_PARTICIPANT_TOKEN")
+    token = args.token or Settings().participant_token
     if args.token_file:
         with open(args.token_file) as fh:
             token = fh.read().strip()

@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from coordinator.config import Settings
+from participant.config import Settings as ParticipantSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"FEDOD_ADMIN_TOKEN": "t" * 43, "POSTGRES_PASSWORD": "p" * 32}
-PARTICIPANT_ENV = {"FEDOD_STATE_DIR", "FEDOD_PARTICIPANT_TOKEN"}
+PARTICIPANT_ENV = {f"FEDOD_{field.upper()}" for field in ParticipantSettings.model_fields}
 
 
 def _compose(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
