@@ -57,6 +57,8 @@ def populate(server, coord_kit):
 
 def test_dashboard_shows_the_ledger(browser, coordinator_server, tmp_path, coord_kit):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
 
     server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
     budgets = populate(server, coord_kit)
@@ -64,6 +66,8 @@ def test_dashboard_shows_the_ledger(browser, coordinator_server, tmp_path, coord
     assert browser.current_url.endswith("/admin/login")
     browser.find_element(By.ID, "token").send_keys(server.admin_token)
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    # the click returns before the POST-redirect-GET finishes: wait for the dashboard itself
+    WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "eps-total")))
     assert browser.current_url.endswith("/admin")
     assert server.admin_token not in browser.current_url
     cookie = browser.get_cookie("fedod_admin")
