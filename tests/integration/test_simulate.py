@@ -79,7 +79,7 @@ def test_epsilon_matches_coordinator_ledger(simulation: tuple[dict, Path]) -> No
             spent = PrivacyBudget.from_units(p.eps_spent, p.delta_spent)
             assert n_contrib == 1
             assert charged == p.eps_spent
-            assert spent.epsilon == Decimal(row["epsilon_spent"]) == Decimal("1.5")
+            assert spent.epsilon == Decimal(row["epsilon_spent"]) == Decimal("4")
             assert Decimal(row["epsilon_cap"]) == PrivacyBudget.from_units(p.eps_cap, 0).epsilon
     engine.dispose()
 
