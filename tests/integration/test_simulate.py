@@ -35,7 +35,7 @@ def simulation(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
             "--workdir",
             str(workdir),
             "--epsilon",
-            "1.5",
+            "4",
             "--hospitals",
             "3",
         ],
