@@ -28,6 +28,7 @@ from common.config import StudyConfig
 from common.encoding import encode_release
 from common.grid import GridSpec
 from common.hashing import LSHFamily
+from common.merge import merge_sparse
 from common.release import Release, release_grid_counts, release_lsh_counts
 from common.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
@@ -56,21 +57,6 @@ class ExactCounts:
     grid_counts: NDArray[np.int64] | None = None
 
 
-def _merge_sparse(
-    cells: NDArray[np.int64], counts: NDArray[np.int64], new_cells: NDArray[np.int64]
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Add the records in ``new_cells`` to the sorted sparse histogram ``(cells, counts)``."""
-    if new_cells.size == 0:
-        return cells, counts
-    u, c = np.unique(new_cells, return_counts=True)
-    all_cells = np.concatenate([cells, u])
-    all_counts = np.concatenate([counts, c.astype(np.int64)])
-    order = np.argsort(all_cells, kind="stable")
-    all_cells, all_counts = all_cells[order], all_counts[order]
-    starts = np.flatnonzero(np.r_[True, np.diff(all_cells) != 0])
-    return all_cells[starts], np.add.reduceat(all_counts, starts).astype(np.int64)
-
-
 def exact_histograms(
     source: DataSource, family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
 ) -> ExactCounts:
@@ -86,8 +72,9 @@ def exact_histograms(
         if out.grid_dense is not None:
             out.grid_dense += grid.dense_counts(chunk.X)  # type: ignore[union-attr]
         elif grid is not None:
-            out.grid_cells, out.grid_counts = _merge_sparse(
-                out.grid_cells, out.grid_counts, grid.cell_index(chunk.X)  # type: ignore[arg-type]
+            cells, counts = np.unique(grid.cell_index(chunk.X), return_counts=True)
+            out.grid_cells, out.grid_counts = merge_sparse(
+                out.grid_cells, out.grid_counts, cells, counts  # type: ignore[arg-type]
             )
     return out
 

@@ -14,6 +14,7 @@ from common.budget import PrivacyBudget
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.encoding import EncodedCounts, decode_counts
 from common.errors import BudgetExceeded, CoordinatorUnavailable, SchemaMismatch
+from common.merge import merge_sparse
 from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant import contribute as rel
 from participant.agent import Agent, DataOptions
@@ -167,7 +168,8 @@ def test_chunked_histograms_equal_whole_file_histograms(tmp_path, data, dense):
 def test_sparse_merge_is_a_sum(chunks):
     cells = counts = np.empty(0, dtype=np.int64)
     for chunk in chunks:
-        cells, counts = rel._merge_sparse(cells, counts, np.array(chunk, dtype=np.int64))
+        new_cells, new_counts = np.unique(np.array(chunk, dtype=np.int64), return_counts=True)
+        cells, counts = merge_sparse(cells, counts, new_cells, new_counts)
     flat = np.array([c for chunk in chunks for c in chunk], dtype=np.int64)
     u, c = np.unique(flat, return_counts=True)
     np.testing.assert_array_equal(cells, u)
