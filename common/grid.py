@@ -101,9 +101,14 @@ class GridSpec:
         """Row-major cell index of every row, shape ``(n,)`` int64."""
         return self.cell_coords(X) @ self.strides
 
+    def occupied(self, X: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Sparse counts as arrays: the sorted non-empty cell indices and their row counts."""
+        cells, n = np.unique(self.cell_index(X), return_counts=True)
+        return cells.astype(np.int64), n.astype(np.int64)
+
     def counts(self, X: ArrayLike) -> dict[int, int]:
         """Sparse counts: non-empty cell index -> number of rows."""
-        cells, n = np.unique(self.cell_index(X), return_counts=True)
+        cells, n = self.occupied(X)
         return {int(c): int(k) for c, k in zip(cells, n, strict=True)}
 
     def dense_counts(self, X: ArrayLike) -> NDArray[np.int64]:

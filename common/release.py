@@ -235,7 +235,4 @@ def release_grid(
     and thresholded ((epsilon, delta)-DP); see :func:`release_grid_counts`."""
     if spec.n_cells <= cell_limit:
         return release_grid_counts(spec.dense_counts(X), spec.n_cells, epsilon, delta)
-    occupied = spec.counts(X)
-    cells = np.fromiter(occupied.keys(), dtype=np.int64, count=len(occupied))
-    values = np.fromiter(occupied.values(), dtype=np.int64, count=len(occupied))
-    return release_grid_counts((cells, values), spec.n_cells, epsilon, delta)
+    return release_grid_counts(spec.occupied(X), spec.n_cells, epsilon, delta)

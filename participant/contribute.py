@@ -72,9 +72,8 @@ def exact_histograms(
         if out.grid_dense is not None:
             out.grid_dense += grid.dense_counts(chunk.X)  # type: ignore[union-attr]
         elif grid is not None:
-            cells, counts = np.unique(grid.cell_index(chunk.X), return_counts=True)
             out.grid_cells, out.grid_counts = merge_sparse(
-                out.grid_cells, out.grid_counts, cells, counts  # type: ignore[arg-type]
+                out.grid_cells, out.grid_counts, *grid.occupied(chunk.X)  # type: ignore[arg-type]
             )
     return out
 

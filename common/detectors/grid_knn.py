@@ -197,7 +197,7 @@ class GridKNN(BaseDetector):
         spec = self._spec(arr)
         counts: Counts
         if self.epsilon is None:
-            counts = spec.counts(arr)
+            counts = spec.occupied(arr)
         else:
             if spec.n_cells > self.cell_limit:
                 raise ValueError(
