@@ -29,6 +29,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from common.config import StudyConfig
 from common.errors import SchemaMismatch
 from participant.progress import Progress
 
@@ -47,12 +48,11 @@ class DataSpec:
     on_out_of_bounds: str = "clip"
 
     @classmethod
-    def from_config(cls, config: object, **local: object) -> DataSpec:
-        feats = config.features  # type: ignore[attr-defined]
+    def from_config(cls, config: StudyConfig, **local: object) -> DataSpec:
         return cls(
-            features=tuple(f.name for f in feats),
-            lo=np.array([f.lo for f in feats], dtype=np.float64),
-            hi=np.array([f.hi for f in feats], dtype=np.float64),
+            features=tuple(f.name for f in config.features),
+            lo=np.array(config.lo, dtype=np.float64),
+            hi=np.array(config.hi, dtype=np.float64),
             **local,  # type: ignore[arg-type]
         )
 
