@@ -73,12 +73,12 @@ def combine(
     return combined, rank
 
 
-def _writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter | pacsv.CSVWriter:
-    if path.suffix.lower() in (".parquet", ".pq"):
-        return pq.ParquetWriter(path, schema)
-    if path.suffix.lower() == ".csv":
-        return pacsv.CSVWriter(path, schema)
-    raise ValueError(f"output {path}: use a .csv or .parquet file name")
+def _is_parquet(path: Path) -> bool:
+    """True for .parquet/.pq, False for .csv; any other name is refused."""
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
+        raise ValueError(f"output {path}: use a .csv or .parquet file name")
+    return suffix != ".csv"
 
 
 def score_source(
@@ -92,8 +92,7 @@ def score_source(
 ) -> ScoreSummary:
     """Score every record of ``source`` with each detector and write ``output``."""
     output = Path(output)
-    if output.suffix.lower() not in (".csv", ".parquet", ".pq"):
-        raise ValueError(f"output {output}: use a .csv or .parquet file name")
+    parquet = _is_parquet(output)  # refuse a bad name before the scoring work
     parts: dict[str, list[NDArray[np.float64]]] = {name: [] for name in detectors}
     keys: list[pa.Array] = []
     source.progress = progress
@@ -127,7 +126,8 @@ def score_source(
             }
             table = pa.table(cols)
             if writer is None:
-                writer = _writer(output, table.schema)
+                writer = (pq.ParquetWriter(output, table.schema) if parquet
+                          else pacsv.CSVWriter(output, table.schema))
             writer.write_table(table)
             bar.update(stop - start)
     finally:
