@@ -121,10 +121,6 @@ def coord_kit():
 
 
 # --- participant fixtures (a real `fedod-coordinator serve` process on loopback) ------------
-import socket as _socket  # noqa: E402
-import subprocess as _subprocess  # noqa: E402
-import sys as _sys  # noqa: E402
-import time as _time  # noqa: E402
 from pathlib import Path as _Path  # noqa: E402
 
 
@@ -170,47 +166,18 @@ class ParticipantCoordinator:
         return next(b for b in self.admin("GET", "/v1/admin/budget") if b["participant"] == name)
 
 
-def _free_port() -> int:
-    with _socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @_pytest.fixture(scope="session")
 def participant_coordinator(tmp_path_factory):
     """Start `fedod-coordinator serve` with a temporary SQLite database; stop it after."""
-    import httpx
-
     data_dir = tmp_path_factory.mktemp("coordinator")
-    port = _free_port()
     token = _secrets.token_urlsafe(32)
     env = {**_os.environ, "FEDOD_DATA_DIR": str(data_dir), "FEDOD_ADMIN_TOKEN": token,
            "FEDOD_ENV": "development", "FEDOD_LOG_JSON": "false"}
     env.pop("FEDOD_DATABASE_URL", None)
     env.pop("FEDOD_SIGNING_KEY_PATH", None)
-    log = data_dir / "coordinator.log"
-    exe = _Path(_sys.executable).with_name("fedod-coordinator")
-    with open(log, "wb") as out:
-        proc = _subprocess.Popen([str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                 env=env, stdout=out, stderr=_subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = _time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or _time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"coordinator did not start:\n{log.read_text()[-3000:]}")
-        _time.sleep(0.2)
-    yield ParticipantCoordinator(url, token, data_dir, proc, log)
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except _subprocess.TimeoutExpired:
-        proc.kill()
+    server = CoordinatorServer(env, 1, data_dir).start()
+    yield ParticipantCoordinator(server.url, token, data_dir, server.proc, server.log)
+    server.stop()
 
 
 class RecordingProxy:
