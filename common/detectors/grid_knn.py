@@ -246,7 +246,7 @@ class GridKNN(BaseDetector):
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
-        cells, inverse = np.unique(self.spec_.cell_index(as_matrix(X)), return_inverse=True)
+        cells, inverse = np.unique(self.spec_.cell_index(self._check_input(X)), return_inverse=True)
         scores = knn_grid_scores(self.spec_.coords_of(cells), self.cell_coords_, self.cell_counts_,
                                  k=self.k, max_depth=self.max_depth, weighted=self.weighted)
         return scores[inverse.ravel()]

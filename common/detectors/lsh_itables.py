@@ -211,6 +211,7 @@ class LSHiTables(BaseDetector):
         det = cls(n_tables=family.n_tables, lo=family.lo, hi=family.hi, scoring=scoring,
                   contamination=contamination)
         det._set_model(family, arr.astype(np.int64), scoring)
+        det.n_features_in_ = np.asarray(family.lo).shape[0]
         if X is not None:
             det.calibrate(X)
         return det
@@ -231,4 +232,4 @@ class LSHiTables(BaseDetector):
         """Negated mean per-table cell score of each row; higher = more outlying."""
         if not hasattr(self, "family_"):
             raise NotFittedError("LSHiTables is not fitted: call fit or from_histogram")
-        return self._score(as_matrix(X))
+        return self._score(self._check_input(X))
