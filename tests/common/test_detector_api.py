@@ -38,10 +38,12 @@ from common.hashing import derive_lsh_family
 LO, HI = [-10.0, -10.0], [10.0, 10.0]  # public bounds of generate_data's two features
 DETECTORS: dict[str, Callable[..., BaseDetector]] = {
     "lsh": partial(LSHiTables, n_tables=30, sample_size=64, random_state=42),
+    "lsh-seeded": partial(LSHiTables, n_tables=30, sample_size=64, seed=b"\x07" * 32,
+                          lo=np.array(LO), hi=np.array(HI), subsample=False, scoring="mass"),
     "lsh-private": partial(LSHiTables, n_tables=30, lo=LO, hi=HI, epsilon=30, random_state=42),
     "grid": partial(GridKNN, bins=6, k=5, max_depth=2),
     "grid-basic": partial(GridKNN, bins=6, k=5, max_depth=2, weighted=False),
-    "grid-private": partial(GridKNN, bins=6, k=5, max_depth=2, lo=LO, hi=HI, epsilon=1),
+    "grid-private": partial(GridKNN, bins=6, k=5, max_depth=2, lo=LO, hi=HI, epsilon=4),
 }
 PRIVATE = {"lsh-private", "grid-private"}  # fresh OpenDP noise on every fit
 EXTREMES = [[9.9, 9.9], [-9.9, 9.9], [0.0, 0.0]]  # beyond the training scores' range
