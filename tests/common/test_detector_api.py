@@ -191,6 +191,8 @@ class PyODTwin(PyODBaseDetector):
         return self.det.decision_function(X)
 
 
+@pytest.mark.filterwarnings("ignore:The cost of rejection:UserWarning")  # PyOD, on its default
+@pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt:RuntimeWarning")  # PyOD
 @pytest.mark.parametrize("call", [
     lambda det, X: (det.threshold_, det.labels_, det._mu, det._sigma),
     lambda det, X: det.predict_proba(X, method="linear"),
