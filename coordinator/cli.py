@@ -85,13 +85,46 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
 
 
 def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
-    from common.schemas import StudyCreate
+    from common.spec import load_study_spec
     from coordinator.services.studies import create_study, study_public
 
-    body = StudyCreate.model_validate_json(Path(args.spec).read_text())
+    body = load_study_spec(Path(args.spec).read_text())
     with _session(settings) as session:
         study = create_study(session, _keys(settings), body)
         _print(study_public(session, study))
+    return EXIT_OK
+
+
+def _column_names(path: Path) -> list[str]:
+    """The column names of a CSV (its header line) or Parquet file (its schema); no values."""
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    import csv
+
+    with path.open(newline="") as fh:
+        return next(csv.reader(fh), [])
+
+
+def cmd_study_template(args: argparse.Namespace, settings: Any) -> int:
+    from common.spec import study_template
+
+    text = study_template(_column_names(Path(args.data)), args.study_id)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        out = Path(args.output)
+        if out.exists() and not args.force:
+            print(f"error: {out} exists; pass --force to overwrite it", file=sys.stderr)
+            return EXIT_REFUSED
+        out.write_text(text)
+        print(
+            f"wrote {out}: fill in every PUBLIC_LOWER_BOUND/PUBLIC_UPPER_BOUND from the study "
+            "protocol, delete identifier and label columns, then run "
+            f"'fedod-coordinator study create {out}'",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -218,7 +251,24 @@ def build_parser() -> argparse.ArgumentParser:
         "(fresh hash seeds, signed config v1); prints the study",
         study,
     )
-    create.add_argument("spec", help="path of a JSON file in the StudyCreate format")
+    create.add_argument(
+        "spec",
+        help="path of a spec file (JSON, '//' comment lines allowed; see docs/USER_GUIDE.md)",
+    )
+    template = add(
+        "template",
+        cmd_study_template,
+        "write a commented study spec from a CSV/Parquet file's column names; it reads no "
+        "values: the public bounds are placeholders you fill in from the study protocol",
+        study,
+    )
+    template.add_argument("data", help="a CSV (header line) or Parquet file (schema)")
+    template.add_argument("--study-id", default="my-study", help="study id to put in the spec")
+    template.add_argument(
+        "-o", "--output", default="study.json",
+        help="file to write (default study.json; - for stdout)",
+    )
+    template.add_argument("--force", action="store_true", help="overwrite an existing file")
     add("list", cmd_study_list, "list studies with versions and contributor counts", study)
 
     part = sub.add_parser("participant", help="enrol, list, revoke, change caps").add_subparsers(
