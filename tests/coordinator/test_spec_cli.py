@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.cli import EXIT_OK, EXIT_REFUSED, main
+from coordinator.keys import KeyStore
 
 
 @pytest.fixture
@@ -13,6 +14,7 @@ def env(monkeypatch, tmp_path):
     monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
     monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
     assert main(["migrate"]) == EXIT_OK
+    KeyStore(tmp_path / "signing_key.pem").ensure()  # as `serve` does on its first start
     return tmp_path
 
 
