@@ -3,7 +3,8 @@
 Administrative commands work directly on the database named by ``FEDOD_DATABASE_URL`` (or the
 SQLite file in ``FEDOD_DATA_DIR``) and the key at ``FEDOD_SIGNING_KEY_PATH``; run them on the
 coordinator host. Exit codes: 0 success, 1 refused (unknown name, conflict, invalid input),
-2 usage error, 3 bad configuration (environment), 4 database unreachable.
+2 usage error, 3 bad configuration (environment, or no database or signing key where the
+settings point: admin commands never create either), 4 database unreachable.
 """
 
 from __future__ import annotations
@@ -28,14 +29,23 @@ def _settings() -> Any:
 
 
 def _session(settings: Any) -> Any:
+    """A session on the deployment's existing database (schema upgraded if behind)."""
     from coordinator.db import make_engine, make_sessionmaker
+    from coordinator.deployment import describe_url, require_database
 
+    change = require_database(settings)
+    if change is not None:
+        print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
     return make_sessionmaker(make_engine(settings.resolved_database_url))()
 
 
-def _keys(settings: Any) -> Any:
+def _keys(settings: Any, *, existing: bool = False) -> Any:
+    """The signing key store; ``existing`` refuses a missing key instead of creating one."""
+    from coordinator.deployment import require_key
     from coordinator.keys import KeyStore
 
+    if existing:
+        require_key(settings)
     return KeyStore(settings.resolved_signing_key_path)
 
 
@@ -46,10 +56,10 @@ def _print(obj: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.migrate import upgrade
+    from coordinator.deployment import describe_url, upgrade_schema
 
-    upgrade(settings.resolved_database_url)
-    print("database is at the latest schema version", file=sys.stderr)
+    change = upgrade_schema(settings)
+    print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
     return EXIT_OK
 
 
@@ -85,13 +95,47 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
 
 
 def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
-    from common.schemas import StudyCreate
+    from common.spec import load_study_spec
     from coordinator.services.studies import create_study, study_public
 
-    body = StudyCreate.model_validate_json(Path(args.spec).read_text())
+    body = load_study_spec(Path(args.spec).read_text())
+    keys = _keys(settings, existing=True)
     with _session(settings) as session:
-        study = create_study(session, _keys(settings), body)
+        study = create_study(session, keys, body)
         _print(study_public(session, study))
+    return EXIT_OK
+
+
+def _column_names(path: Path) -> list[str]:
+    """The column names of a CSV (its header line) or Parquet file (its schema); no values."""
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    import csv
+
+    with path.open(newline="") as fh:
+        return next(csv.reader(fh), [])
+
+
+def cmd_study_template(args: argparse.Namespace, settings: Any) -> int:
+    from common.spec import study_template
+
+    text = study_template(_column_names(Path(args.data)), args.study_id)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        out = Path(args.output)
+        if out.exists() and not args.force:
+            print(f"error: {out} exists; pass --force to overwrite it", file=sys.stderr)
+            return EXIT_REFUSED
+        out.write_text(text)
+        print(
+            f"wrote {out}: fill in every PUBLIC_LOWER_BOUND/PUBLIC_UPPER_BOUND from the study "
+            "protocol, delete identifier and label columns, then run "
+            f"'fedod-coordinator study create {out}'",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -164,9 +208,10 @@ def cmd_member_add(args: argparse.Namespace, settings: Any) -> int:
 def cmd_rotate_key(args: argparse.Namespace, settings: Any) -> int:
     from coordinator.services.studies import resign_all
 
-    keys = _keys(settings)
+    keys = _keys(settings, existing=True)
+    session = _session(settings)
     retired = keys.rotate()
-    with _session(settings) as session:
+    with session:
         done = resign_all(session, keys)
     print(f"new key {keys.key_id()}; retired key kept at {retired}", file=sys.stderr)
     for study_id, version in done:
@@ -175,7 +220,7 @@ def cmd_rotate_key(args: argparse.Namespace, settings: Any) -> int:
 
 
 def cmd_key_show(args: argparse.Namespace, settings: Any) -> int:
-    keys = _keys(settings)
+    keys = _keys(settings, existing=True)
     print(keys.key_id())
     print(keys.public_pem(), end="")
     return EXIT_OK
@@ -218,7 +263,24 @@ def build_parser() -> argparse.ArgumentParser:
         "(fresh hash seeds, signed config v1); prints the study",
         study,
     )
-    create.add_argument("spec", help="path of a JSON file in the StudyCreate format")
+    create.add_argument(
+        "spec",
+        help="path of a spec file (JSON, '//' comment lines allowed; see docs/USER_GUIDE.md)",
+    )
+    template = add(
+        "template",
+        cmd_study_template,
+        "write a commented study spec from a CSV/Parquet file's column names; it reads no "
+        "values: the public bounds are placeholders you fill in from the study protocol",
+        study,
+    )
+    template.add_argument("data", help="a CSV (header line) or Parquet file (schema)")
+    template.add_argument("--study-id", default="my-study", help="study id to put in the spec")
+    template.add_argument(
+        "-o", "--output", default="study.json",
+        help="file to write (default study.json; - for stdout)",
+    )
+    template.add_argument("--force", action="store_true", help="overwrite an existing file")
     add("list", cmd_study_list, "list studies with versions and contributor counts", study)
 
     part = sub.add_parser("participant", help="enrol, list, revoke, change caps").add_subparsers(
@@ -275,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy.exc import OperationalError
 
     from common.errors import FedodError
+    from coordinator.deployment import DeploymentMissing
 
     args = build_parser().parse_args(argv)
     try:
@@ -284,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return int(args.func(args, settings))
+    except DeploymentMissing as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
     except (FedodError, ValidationError, ValueError, OSError) as exc:
         message = exc.message if isinstance(exc, FedodError) else str(exc)
         print(f"error: {message}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +33,10 @@ class Settings(BaseSettings):
     max_decoded_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
     session_max_age_s: int = Field(default=8 * 3600, ge=60)
+    dashboard_warn_fraction: Decimal = Field(
+        default=Decimal("0.8"), gt=0, le=1,
+        description="Dashboard warns about participants that spent this share of their cap",
+    )
     log_level: str = "INFO"
     log_json: bool = True
 

@@ -1,4 +1,9 @@
-"""Server-rendered HTML for the admin budget dashboard (no JavaScript, no external assets)."""
+"""Server-rendered HTML for the admin dashboard (no JavaScript, no external assets).
+
+Three pages: the overview (budgets, near-cap warnings, ε over time per participant and per
+study, refused attempts, recent releases), one page per participant and one per study, each
+with its itemised charges. Every number comes from the ledger tables.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,18 @@ from functools import cache
 from html import escape
 from pathlib import Path
 from string import Template
+from urllib.parse import quote
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
-from coordinator.models import Aggregate, Contribution, Study, utcnow
-from coordinator.services.ledger import all_budgets, recent_charges
+from common.errors import NotFound
+from common.schemas import BudgetPublic
+from coordinator.charts import cumulative_series, step_chart
+from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
+from coordinator.services.ledger import all_budgets, budget_of
+from coordinator.services.refusals import refused_attempts
 from coordinator.services.studies import study_config
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -26,8 +36,7 @@ def _template(name: str) -> Template:
 
 def fmt(value: Decimal) -> str:
     """A decimal as plain text without exponent or trailing zeros (``1.5``, ``0``)."""
-    text = f"{value.normalize():f}"
-    return text
+    return f"{value.normalize():f}"
 
 
 def page(title: str, body: str) -> str:
@@ -39,85 +48,202 @@ def login_page(error: str | None = None) -> str:
     return page("Sign in", _template("login.html").substitute(error=message))
 
 
-def _bar(spent: Decimal, cap: Decimal) -> str:
-    share = Decimal(100) if cap == 0 else min(spent / cap * 100, Decimal(100))
-    level = "bad" if share >= 100 else "warn" if share >= 80 else ""
+def _share(spent: Decimal, cap: Decimal) -> Decimal:
+    return Decimal(1) if cap == 0 else min(spent / cap, Decimal(1))
+
+
+def _bar(spent: Decimal, cap: Decimal, warn: Decimal) -> str:
+    share = _share(spent, cap) * 100
+    level = "bad" if share >= 100 else "warn" if share >= warn * 100 else ""
     return (
         f'<div class="bar" title="{share:.0f}% of cap"><div class="fill {level}" '
         f'style="width:{share:.1f}%"></div></div><span class="muted"> {share:.0f}%</span>'
     )
 
 
-def _participant_rows(session: Session) -> tuple[str, int, int, Decimal]:
-    rows, active, total = [], 0, Decimal(0)
-    for b in all_budgets(session):
-        active += b.active
-        total += b.epsilon_spent
+def _table(table_id: str, head: list[str], rows: list[str], empty: str) -> str:
+    cells = "".join(f'<th class="num">{h[1:]}</th>' if h.startswith("#") else f"<th>{h}</th>"
+                    for h in head)
+    body = "".join(rows) or f'<tr><td colspan="{len(head)}" class="empty">{empty}</td></tr>'
+    return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{cells}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
+
+
+def _link(kind: str, name: str) -> str:
+    return f'<a href="/admin/{kind}/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def _near_cap(budgets: list[BudgetPublic], warn: Decimal) -> str:
+    near = [b for b in budgets if _share(b.epsilon_spent, b.epsilon_cap) >= warn]
+    if not near:
+        return ""
+    items = ", ".join(
+        f'<span data-near-cap="{escape(b.participant)}">{_link("participants", b.participant)} '
+        f"({fmt(b.epsilon_spent)} of {fmt(b.epsilon_cap)})</span>" for b in near
+    )
+    return (f'<div class="alert" id="near-cap" role="alert"><strong>Near the cap</strong> '
+            f"(≥ {fmt(warn * 100)}% of ε spent): {items}</div>")
+
+
+def _participant_rows(budgets: list[BudgetPublic], warn: Decimal) -> list[str]:
+    rows = []
+    for b in budgets:
         name = escape(b.participant)
-        status = (
-            '<span class="pill">active</span>'
-            if b.active
-            else ('<span class="pill off">revoked</span>')
-        )
+        status = '<span class="pill">active</span>' if b.active else (
+            '<span class="pill off">revoked</span>')
         rows.append(
-            f'<tr data-participant="{name}"><td>{name}</td><td>{status}</td>'
+            f'<tr data-participant="{name}"><td>{_link("participants", b.participant)}</td>'
+            f"<td>{status}</td>"
             f'<td class="num" data-field="epsilon_cap">{fmt(b.epsilon_cap)}</td>'
             f'<td class="num" data-field="epsilon_spent">{fmt(b.epsilon_spent)}</td>'
             f'<td class="num" data-field="epsilon_remaining">{fmt(b.epsilon_remaining)}</td>'
-            f"<td>{_bar(b.epsilon_spent, b.epsilon_cap)}</td>"
+            f"<td>{_bar(b.epsilon_spent, b.epsilon_cap, warn)}</td>"
             f'<td class="num">{fmt(b.delta_spent)} / {fmt(b.delta_cap)}</td></tr>'
         )
-    empty = '<tr><td colspan="7" class="empty">No participants enrolled yet.</td></tr>'
-    return "".join(rows) or empty, active, len(rows), total
+    return rows
 
 
-def _study_rows(session: Session) -> tuple[str, int]:
+def _study_rows(session: Session) -> list[str]:
     rows = []
-    query = select(Study, Aggregate).join(Aggregate).order_by(Study.id)
-    for study, aggregate in session.execute(query):
+    for study, aggregate in session.execute(select(Study, Aggregate).join(Aggregate)
+                                            .order_by(Study.id)):
         cost = study_config(study).release_cost()
-        sid = escape(study.id)
         rows.append(
-            f'<tr data-study="{sid}"><td>{sid}</td><td class="num">{study.config_version}</td>'
-            f'<td class="num">{aggregate.version}</td>'
+            f'<tr data-study="{escape(study.id)}"><td>{_link("studies", study.id)}</td>'
+            f'<td class="num">{study.config_version}</td><td class="num">{aggregate.version}</td>'
             f'<td class="num" data-field="contributors">{aggregate.contributors}</td>'
             f'<td class="num">{fmt(cost.epsilon)}</td></tr>'
         )
-    empty = '<tr><td colspan="5" class="empty">No studies yet.</td></tr>'
-    return "".join(rows) or empty, len(rows)
+    return rows
 
 
-def _release_rows(session: Session) -> str:
+def _charges(session: Session, *, participant_id: int | None = None,
+             study_id: str | None = None) -> list[tuple[LedgerEntry, str]]:
+    query = (select(LedgerEntry, Participant.name)
+             .join(Participant, Participant.id == LedgerEntry.participant_id)
+             .order_by(LedgerEntry.id.desc()))
+    if participant_id is not None:
+        query = query.where(LedgerEntry.participant_id == participant_id)
+    if study_id is not None:
+        query = query.where(LedgerEntry.study_id == study_id)
+    return [(entry, name) for entry, name in session.execute(query)]
+
+
+def _charge_rows(charges: list[tuple[LedgerEntry, str]]) -> list[str]:
     rows = []
-    for entry, name in recent_charges(session, limit=25):
+    for entry, name in charges:
         cost = PrivacyBudget.from_units(entry.eps_units, entry.delta_units)
         rows.append(
-            f"<tr><td>{entry.created_at:%Y-%m-%d %H:%M:%S}</td><td>{escape(name)}</td>"
-            f"<td>{escape(entry.study_id)}</td><td>{escape(entry.kind)}</td>"
-            f'<td class="num">{fmt(cost.epsilon)}</td><td class="num">{fmt(cost.delta)}</td>'
-            f'<td class="num">#{entry.contribution_id}</td></tr>'
+            f"<tr><td>{entry.created_at:%Y-%m-%d %H:%M:%S}</td>"
+            f'<td>{_link("participants", name)}</td><td>{_link("studies", entry.study_id)}</td>'
+            f'<td>{escape(entry.kind)}</td><td class="num">{fmt(cost.epsilon)}</td>'
+            f'<td class="num">{fmt(cost.delta)}</td><td class="num">#{entry.contribution_id}</td>'
+            "</tr>"
         )
-    return "".join(rows) or '<tr><td colspan="7" class="empty">No releases yet.</td></tr>'
+    return rows
 
 
-def dashboard_page(session: Session, key_id: str) -> str:
-    """The whole dashboard: summary cards, budgets as bars, studies, recent releases."""
-    participant_rows, n_active, n_participants, eps_total = _participant_rows(session)
-    study_rows, n_studies = _study_rows(session)
-    n_releases = session.scalar(select(func.count(Contribution.id))) or 0
+def _charges_table(charges: list[tuple[LedgerEntry, str]], table_id: str = "releases") -> str:
+    head = ["Time (UTC)", "Participant", "Study", "Kind", "#ε", "#δ", "#Contribution"]
+    return _table(table_id, head, _charge_rows(charges), "No releases yet.")
+
+
+def _refusals_table(session: Session, **where: object) -> str:
+    rows = []
+    for r, name in refused_attempts(session, **where):  # type: ignore[arg-type]
+        asked = PrivacyBudget.from_units(r.eps_units, r.delta_units)
+        rows.append(
+            f"<tr><td>{r.created_at:%Y-%m-%d %H:%M:%S}</td>"
+            f'<td>{_link("participants", name)}</td><td>{_link("studies", r.study_id)}</td>'
+            f'<td class="num">{fmt(asked.epsilon)}</td><td>{escape(r.reason)}</td></tr>'
+        )
+    head = ["Time (UTC)", "Participant", "Study", "#ε asked", "Reason"]
+    return _table("refused", head, rows, "No refused attempts.")
+
+
+def _chart(charges: list[tuple[LedgerEntry, str]], *, by: str, title: str,
+           cap: Decimal | None = None) -> str:
+    rows = [(name if by == "participant" else entry.study_id, entry.created_at,
+             PrivacyBudget.from_units(entry.eps_units, entry.delta_units).epsilon)
+            for entry, name in charges]
+    return step_chart(cumulative_series(rows), title=title, cap=cap)
+
+
+def _header(title: str, key_id: str, back: bool) -> str:
+    nav = '<a class="back" href="/admin">← overview</a>' if back else ""
+    return _template("header.html").substitute(
+        title=escape(title), key_id=escape(key_id), now=f"{utcnow():%Y-%m-%d %H:%M:%S} UTC",
+        nav=nav)
+
+
+def dashboard_page(session: Session, key_id: str, warn: Decimal = Decimal("0.8")) -> str:
+    """The overview: cards, near-cap warnings, budgets, charts, studies, refusals, releases."""
+    budgets = all_budgets(session)
+    charges = _charges(session)
+    head = ["Participant", "Status", "#ε cap", "#ε spent", "#ε remaining", "Used", "#δ spent / cap"]
     body = _template("dashboard.html").substitute(
-        key_id=escape(key_id),
-        now=f"{utcnow():%Y-%m-%d %H:%M:%S} UTC",
-        n_participants=n_participants,
-        n_active=n_active,
-        n_studies=n_studies,
-        n_releases=n_releases,
-        eps_total=fmt(eps_total),
-        participant_rows=participant_rows,
-        study_rows=study_rows,
-        release_rows=_release_rows(session),
+        header=_header("fedod · privacy budget", key_id, back=False),
+        near_cap=_near_cap(budgets, warn),
+        n_participants=len(budgets), n_active=sum(b.active for b in budgets),
+        n_studies=session.scalar(select(func.count(Study.id))) or 0,
+        n_releases=session.scalar(select(func.count(Contribution.id))) or 0,
+        eps_total=fmt(sum((b.epsilon_spent for b in budgets), Decimal(0))),
+        participants=_table("participants", head, _participant_rows(budgets, warn),
+                            "No participants enrolled yet."),
+        chart_participants=_chart(charges, by="participant",
+                                  title="ε spent over time, per participant"),
+        chart_studies=_chart(charges, by="study", title="ε spent over time, per study"),
+        studies=_table("studies", ["Study", "#Config version", "#Model version",
+                                   "#Contributors", "#ε per release"],
+                       _study_rows(session), "No studies yet."),
+        refused=_refusals_table(session),
+        releases=_charges_table(charges[:25]),
     )
     return page("Privacy budget", body)
 
 
-__all__ = ["dashboard_page", "login_page"]
+def participant_page(session: Session, key_id: str, name: str,
+                     warn: Decimal = Decimal("0.8")) -> str:
+    """One participant: cap, spent, ε over time against the cap, charges, refusals."""
+    participant = session.scalar(select(Participant).where(Participant.name == name))
+    if participant is None:
+        raise NotFound(f"no participant named {name!r}")
+    b = budget_of(session, participant)
+    charges = _charges(session, participant_id=participant.id)
+    facts = (f'<p>ε spent <b id="p-spent">{fmt(b.epsilon_spent)}</b> of cap '
+             f'<b id="p-cap">{fmt(b.epsilon_cap)}</b> ({fmt(b.epsilon_remaining)} remaining); '
+             f"δ {fmt(b.delta_spent)} of {fmt(b.delta_cap)}. "
+             f"{_bar(b.epsilon_spent, b.epsilon_cap, warn)}</p>")
+    body = _template("detail.html").substitute(
+        header=_header(f"participant {name}", key_id, back=True),
+        near_cap=_near_cap([b], warn), facts=facts,
+        chart=_chart(charges, by="study", title=f"ε spent over time by {name}, per study",
+                     cap=b.epsilon_cap),
+        charges=_charges_table(charges), refused=_refusals_table(
+            session, participant_id=participant.id))
+    return page(f"Participant {name}", body)
+
+
+def study_page(session: Session, key_id: str, study_id: str) -> str:
+    """One study: config, contributors, ε over time per participant, charges, refusals."""
+    study = session.get(Study, study_id)
+    if study is None:
+        raise NotFound(f"no study {study_id!r}")
+    config = study_config(study)
+    aggregate = session.get(Aggregate, study_id)
+    charges = _charges(session, study_id=study_id)
+    facts = (f"<p>config v{study.config_version}, {len(config.features)} features, "
+             f"{config.lsh.n_tables} LSH tables, grid: {config.grid_layout or 'none'}; each "
+             f"release costs ε {fmt(config.release_cost().epsilon)}, δ "
+             f"{fmt(config.release_cost().delta)}. Model v{aggregate.version if aggregate else 0}"
+             f' from <b data-field="contributors">{aggregate.contributors if aggregate else 0}'
+             "</b> contributor(s).</p>")
+    body = _template("detail.html").substitute(
+        header=_header(f"study {study_id}", key_id, back=True), near_cap="", facts=facts,
+        chart=_chart(charges, by="participant",
+                     title=f"ε spent over time on {study_id}, per participant"),
+        charges=_charges_table(charges), refused=_refusals_table(session, study_id=study_id))
+    return page(f"Study {study_id}", body)
+
+
+__all__ = ["dashboard_page", "login_page", "participant_page", "study_page"]

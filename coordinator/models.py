@@ -138,3 +138,21 @@ class LedgerEntry(Base):
     eps_units: Mapped[int] = mapped_column(BigInteger)
     delta_units: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RefusedAttempt(Base):
+    """A release the coordinator refused because it would pass the participant's cap.
+
+    Nothing of the release is kept (its bytes were refused); the row records who tried,
+    for which study and at what claimed cost, so the dashboard can show it.
+    """
+
+    __tablename__ = "refused_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"))
+    eps_units: Mapped[int] = mapped_column(BigInteger)
+    delta_units: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

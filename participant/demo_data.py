@@ -14,9 +14,9 @@ population, shows them for what they are.
 from __future__ import annotations
 
 import csv
-import math
 import re
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -90,18 +90,22 @@ def load_csv_dataset(path: Path, label_column: str = LABEL_COLUMN) -> Dataset:
     return Dataset(path.name, features, X, y.astype(np.int8))
 
 
-def _nice_floor(v: float) -> float:
+def _nice(v: float, up: bool) -> float:
+    """``v`` rounded outward to one significant digit, printed without float residue."""
     if v == 0:
         return 0.0
-    step = 10 ** math.floor(math.log10(abs(v)))
-    return float(math.floor(v / step) * step)
+    d = Decimal(repr(v))
+    exponent = d.adjusted()
+    digits = d.scaleb(-exponent).to_integral_value(ROUND_CEILING if up else ROUND_FLOOR)
+    return float(f"{digits}e{exponent}")
+
+
+def _nice_floor(v: float) -> float:
+    return _nice(v, up=False)
 
 
 def _nice_ceil(v: float) -> float:
-    if v == 0:
-        return 0.0
-    step = 10 ** math.floor(math.log10(abs(v)))
-    return float(math.ceil(v / step) * step)
+    return _nice(v, up=True)
 
 
 def study_bounds(X: NDArray[np.float64]) -> list[tuple[float, float]]:

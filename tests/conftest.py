@@ -339,3 +339,38 @@ def coordinator_server(tmp_path):
 def fresh_postgres_url(postgres_url):
     """A URL into an empty schema of its own (for a server that runs its own migrations)."""
     yield from _schema_url("fedod_i")
+
+
+# --- browser fixtures (Debian's chromium + chromium-driver) -------------------------------
+import shutil as _shutil  # noqa: E402
+
+CHROMIUM = _shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = _shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = _Path(__file__).resolve().parents[1] / "artifacts"
+
+
+@_pytest.fixture
+def artifacts() -> _Path:
+    """Where screenshots go (``artifacts/`` at the repository root)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@_pytest.fixture
+def browser():
+    """A headless Chromium WebDriver; required under CI=true."""
+    if not (_os.path.exists(CHROMIUM) and _os.path.exists(CHROMEDRIVER)):
+        if _os.environ.get("CI", "").lower() == "true":
+            _pytest.fail("chromium and chromedriver are required under CI")
+        _pytest.skip("chromium/chromedriver not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--window-size=1280,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()

@@ -2,39 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-
-
-@pytest.fixture
-def browser():
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("chromium and chromedriver are required under CI")
-        pytest.skip("chromium/chromedriver not installed")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--window-size=1280,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 def populate(server, coord_kit):
@@ -55,7 +29,7 @@ def populate(server, coord_kit):
         return c.get("/v1/admin/budget").json()
 
 
-def test_dashboard_shows_the_ledger(browser, coordinator_server, tmp_path, coord_kit):
+def test_dashboard_shows_the_ledger(browser, artifacts, coordinator_server, tmp_path, coord_kit):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -83,5 +57,4 @@ def test_dashboard_shows_the_ledger(browser, coordinator_server, tmp_path, coord
     assert len(releases) == sum(len(b["entries"]) for b in budgets)
     study = browser.find_element(By.CSS_SELECTOR, 'tr[data-study="cardio-2026"]')
     assert study.find_element(By.CSS_SELECTOR, '[data-field="contributors"]').text == "8"
-    ARTIFACTS.mkdir(exist_ok=True)
-    browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+    browser.save_screenshot(str(artifacts / "dashboard.png"))

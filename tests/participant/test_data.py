@@ -98,3 +98,16 @@ def test_unknown_format_or_missing_file(tmp_path, name):
         (tmp_path / name).write_text("{}")
     with pytest.raises(SchemaMismatch, match=name):
         DataSource(tmp_path / name, SPEC)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "expected"),
+    [(0.31, 0.31, (0.3, 0.4)), (0.3, 0.30000000000000004, (0.3, 0.4)),
+     (-0.0042, 7e-05, (-0.005, 7e-05)), (12.5, 1234.0, (10.0, 2000.0))],
+)
+def test_exported_public_bounds_are_round_numbers(lo, hi, expected):
+    from participant.demo_data import study_bounds
+
+    (got,) = study_bounds(np.array([[lo], [hi]]))
+    assert got == expected
+    assert all(len(repr(v)) <= 8 for v in got)  # no 0.30000000000000004 in a spec file

@@ -5,11 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from common.budget import PrivacyBudget
+from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
 from coordinator.api.deps import CurrentParticipant, SessionDep, SettingsDep, StudyMember
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution
 from coordinator.services.contributions import submit
+from coordinator.services.refusals import record_refusal
 
 router = APIRouter(prefix="/studies", tags=["contributions"])
 
@@ -46,6 +48,11 @@ def create_contribution(
         outcome = submit(
             session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
         )
+    except BudgetExceeded as exc:
+        CONTRIBUTIONS.labels("refused").inc()
+        record_refusal(session, participant, study.id, PrivacyBudget(body.epsilon, body.delta),
+                       exc)
+        raise
     except Exception:
         CONTRIBUTIONS.labels("refused").inc()
         raise

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from html import escape
 from typing import Annotated
 
 from fastapi import APIRouter, Cookie, Form, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from common.errors import NotFound
 from coordinator import admin_session
 from coordinator.api.deps import KeysDep, SessionDep, SettingsDep, is_admin_token
-from coordinator.dashboard import dashboard_page, login_page
+from coordinator.dashboard import dashboard_page, login_page, page, participant_page, study_page
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -38,7 +41,37 @@ def dashboard(
     """The budget dashboard, or a redirect to the login form."""
     if not admin_session.verify(settings.admin_token, cookie):
         return _redirect("/admin/login")
-    return _html(dashboard_page(session, keys.key_id()))
+    return _html(dashboard_page(session, keys.key_id(), settings.dashboard_warn_fraction))
+
+
+def _detail(render: Callable[[], str], settings: SettingsDep, cookie: str | None) -> Response:
+    if not admin_session.verify(settings.admin_token, cookie):
+        return _redirect("/admin/login")
+    try:
+        return _html(render())
+    except NotFound as exc:
+        return _html(page("Not found", f'<main><section><p class="error">{escape(exc.message)}'
+                          '</p><a href="/admin">back to the overview</a></section></main>'),
+                     status.HTTP_404_NOT_FOUND)
+
+
+@router.get("/participants/{name}")
+def participant_detail(
+    name: str, session: SessionDep, settings: SettingsDep, keys: KeysDep,
+    cookie: SessionCookie = None,
+) -> Response:
+    """One participant's budget, ε over time, itemised charges and refused attempts."""
+    return _detail(lambda: participant_page(session, keys.key_id(), name,
+                                            settings.dashboard_warn_fraction), settings, cookie)
+
+
+@router.get("/studies/{study_id}")
+def study_detail(
+    study_id: str, session: SessionDep, settings: SettingsDep, keys: KeysDep,
+    cookie: SessionCookie = None,
+) -> Response:
+    """One study's config, contributors, ε over time per participant and charges."""
+    return _detail(lambda: study_page(session, keys.key_id(), study_id), settings, cookie)
 
 
 @router.get("/login")

@@ -1,0 +1,132 @@
+"""Dashboard pages in real headless Chromium: charts against the ledger, near-cap warning,
+refused attempts, per-participant and per-study pages, no sideways scroll on a phone."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import httpx
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def populate(server, coord_kit):
+    """Two studies, four participants; rigshospitalet's third release is over its cap."""
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    rng = np.random.default_rng(5)
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as c:
+        signed = {s: c.post("/v1/studies", json=coord_kit.study_spec(s, epsilon_lsh=e)).json()[
+            "config"] for s, e in (("cardio", "0.5"), ("breastw", "0.25"))}
+        plan = [("st-mary", "3", [("cardio", 5)]), ("charite", "2", [("cardio", 1),
+                ("breastw", 2)]), ("karolinska", "4", []), ("rigshospitalet", "1",
+                [("cardio", 3)])]
+        refused = 0
+        for name, cap, releases in plan:
+            token = c.post("/v1/participants", json={"name": name, "epsilon_cap": cap}).json()[
+                "token"]
+            for study, n in releases:
+                c.post(f"/v1/studies/{study}/members", json={"participant": name})
+                for _ in range(n):
+                    body, _, _ = coord_kit.release(signed[study], rng)
+                    r = c.post(f"/v1/studies/{study}/contributions", json=body,
+                               headers={"Authorization": f"Bearer {token}"})
+                    refused += r.status_code == 409
+        assert refused == 1
+        return {b["participant"]: b for b in c.get("/v1/admin/budget").json()}
+
+
+def _login(browser, server):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server.url + "/admin/login")
+    browser.find_element(By.ID, "token").send_keys(server.admin_token)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "eps-total")))
+
+
+def _points(browser, section_id):
+    from selenium.webdriver.common.by import By
+
+    out: dict[str, list[Decimal]] = {}
+    for c in browser.find_elements(By.CSS_SELECTOR, f"#{section_id} circle.point"):
+        out.setdefault(c.get_attribute("data-series"), []).append(
+            Decimal(c.get_attribute("data-eps")))
+    return out
+
+
+def _running(values):
+    total, out = Decimal(0), []
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def test_pages_tell_the_ledger_story(browser, artifacts, coordinator_server, tmp_path,
+                                     coord_kit):
+    from selenium.webdriver.common.by import By
+
+    server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
+    budgets = populate(server, coord_kit)
+    _login(browser, server)
+
+    # ε over time per participant: every point is a running total of that participant's charges
+    points = _points(browser, "chart-participants")
+    for name, b in budgets.items():
+        eps = [Decimal(e["epsilon"]) for e in b["entries"]]
+        assert points.get(name, []) == _running(eps), name
+    by_study = _points(browser, "chart-studies")
+    assert by_study["breastw"][-1] == Decimal("0.5")
+    assert by_study["cardio"][-1] == Decimal("0.5") * 8
+
+    # st-mary spent 2.5 of 3 (83 %): warned; charite 1.0 of 2 is not
+    warning = browser.find_element(By.ID, "near-cap")
+    warned = {e.get_attribute("data-near-cap")
+              for e in warning.find_elements(By.CSS_SELECTOR, "[data-near-cap]")}
+    assert warned == {"st-mary", "rigshospitalet"}
+
+    refused = browser.find_elements(By.CSS_SELECTOR, "#refused tbody tr")
+    assert len(refused) == 1 and "rigshospitalet" in refused[0].text
+    assert "0.5" in refused[0].text
+
+    browser.save_screenshot(str(artifacts / "dashboard-desktop.png"))
+
+    browser.find_element(By.LINK_TEXT, "charite").click()
+    assert Decimal(browser.find_element(By.ID, "p-spent").text) == Decimal("1")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")
+    assert len(rows) == len(budgets["charite"]["entries"]) == 3
+    assert _points(browser, "chart") == {"breastw": [Decimal("0.25"), Decimal("0.5")],
+                                         "cardio": [Decimal("0.5")]}
+    assert browser.find_element(By.CSS_SELECTOR, "#chart line.cap").get_attribute(
+        "data-cap") == "2"
+
+    browser.get(server.url + "/admin/studies/cardio")
+    assert browser.find_element(By.CSS_SELECTOR, '[data-field="contributors"]').text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")) == 8
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#refused tbody tr")) == 1
+    browser.get(server.url + "/admin/studies/nope")
+    assert "no study 'nope'" in browser.page_source
+
+    browser.set_window_size(420, 900)
+    for path, shot in (("/admin", "dashboard-phone.png"),
+                       ("/admin/participants/st-mary", "participant-phone.png")):
+        browser.get(server.url + path)
+        width = browser.execute_script("return window.innerWidth")
+        scroll = browser.execute_script("return document.documentElement.scrollWidth")
+        wide = browser.execute_script(
+            "return [...document.querySelectorAll('body *')].filter(e => "
+            "e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest('.scroll'))"
+            ".map(e => e.tagName + '.' + e.className + ' ' + Math.round("
+            "e.getBoundingClientRect().right)).slice(0, 8)")
+        assert scroll <= width, (path, scroll, width, wide)
+        browser.save_screenshot(str(artifacts / shot))
+
+
+def test_detail_pages_need_a_session(coordinator_server, tmp_path):
+    server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
+    r = httpx.get(server.url + "/admin/participants/x", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/admin/login"
