@@ -10,7 +10,15 @@ and the first bad rows (rows count data rows from 1, the CSV header excluded):
 **Out-of-bounds policy.** The study's public bounds define the hash cuts and the grid, so a
 value outside ``[lo, hi]`` is *clipped* to the nearest bound (``on_out_of_bounds="clip"``,
 the default) and counted per column in :attr:`DataSource.report`. The counts are shown
-locally and are never sent anywhere. ``on_out_of_bounds="error"`` refuses the file instead.
+locally and are never sent anywhere. ``on_out_of_bounds="error"`` refuses the file instead; only ``check-data`` and
+``score`` accept it, a release always clips (:mod:`participant.policy`).
+
+**Rows per record key.** With ``rows_per_id=N`` (needs ``id_column``) only the first ``N``
+rows of each key, in file order, are kept; the others are dropped and counted in
+:attr:`DataReport.dropped` (locally only). Which rows a key keeps depends on that key's rows
+only, so adding or removing one person changes at most ``N`` kept rows: the release's
+sensitivity becomes ``N`` times the per-row one, and :mod:`participant.contribute` scales
+the noise by ``N``.
 
 Memory stays bounded by the chunk size: Parquet is read batch by batch
 (``ParquetFile.iter_batches``) and CSV through ``pyarrow.csv.open_csv`` streaming.
@@ -31,6 +39,7 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import SchemaMismatch
+from participant.policy import keep_first_rows
 from participant.progress import Progress
 
 MAX_SHOWN = 5
@@ -46,6 +55,7 @@ class DataSpec:
     id_column: str | None = None
     ignore: tuple[str, ...] = ()
     on_out_of_bounds: str = "clip"
+    rows_per_id: int | None = None
 
     @classmethod
     def from_config(cls, config: StudyConfig, **local: object) -> DataSpec:
@@ -64,6 +74,7 @@ class DataReport:
     path: str
     rows: int = 0
     clipped: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
 
     @property
     def clipped_total(self) -> int:
@@ -111,6 +122,9 @@ class DataSource:
         self.chunk_rows = chunk_rows
         self.progress = progress
         self.report = DataReport(str(self.path))
+        self._per_id: dict[object, int] = {}
+        if spec.rows_per_id is not None and spec.id_column is None:
+            raise ValueError("rows_per_id needs an id_column")
         if not self.path.is_file():
             raise SchemaMismatch(f"{self.path}: no such data file", path=str(self.path))
         suffix = self.path.suffix.lower()
@@ -168,6 +182,7 @@ class DataSource:
 
     def __iter__(self) -> Iterator[Chunk]:
         self.report = DataReport(str(self.path))
+        self._per_id = {}
         bar = Progress(f"reading {self.path.name}", enabled=self.progress)
         if self.kind == "parquet":
             meta = pq.read_metadata(self.path)
@@ -222,6 +237,9 @@ class DataSource:
                 X[:, j] = self._column(batch.column(name), name, j)
             keys = None if self.spec.id_column is None else batch.column(self.spec.id_column)
             first = self.report.rows + 1
+            if self.spec.rows_per_id is not None and keys is not None:
+                keep = self._keep_per_id(keys, first)
+                X, keys = X[keep], keys.filter(pa.array(keep))
             self.report.rows += batch.num_rows
             if self.kind == "csv":
                 done_bytes += batch.nbytes
@@ -229,6 +247,16 @@ class DataSource:
             else:
                 bar.update(batch.num_rows)
             yield Chunk(X=X, keys=keys, first_row=first)
+
+    def _keep_per_id(self, keys: pa.Array, first: int) -> NDArray[np.bool_]:
+        """Mask of the rows kept under ``rows_per_id`` (first rows of each key, file order)."""
+        if keys.null_count:
+            rows = np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))
+            raise _fail(self.path, str(self.spec.id_column), "missing record keys",
+                        rows + first, [])
+        keep = keep_first_rows(self._per_id, keys.to_pylist(), int(self.spec.rows_per_id or 0))
+        self.report.dropped += int((~keep).sum())
+        return keep
 
     def _column(self, arr: pa.Array, name: str, j: int) -> NDArray[np.float64]:
         offset = self.report.rows + 1
