@@ -27,9 +27,9 @@ from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import ConfigError, SignatureInvalid
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
+from participant import policy
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
-from participant import policy
 from participant.ledger import Ledger
 from participant.state import (
     DEFAULT_MAX_RELEASE_EPSILON,

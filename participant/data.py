@@ -10,15 +10,13 @@ and the first bad rows (rows count data rows from 1, the CSV header excluded):
 **Out-of-bounds policy.** The study's public bounds define the hash cuts and the grid, so a
 value outside ``[lo, hi]`` is *clipped* to the nearest bound (``on_out_of_bounds="clip"``,
 the default) and counted per column in :attr:`DataSource.report`. The counts are shown
-locally and are never sent anywhere. ``on_out_of_bounds="error"`` refuses the file instead; only ``check-data`` and
-``score`` accept it, a release always clips (:mod:`participant.policy`).
+locally and are never sent anywhere. ``on_out_of_bounds="error"`` refuses the file instead
+(``check-data`` and ``score`` only: a release always clips, see :mod:`participant.policy`).
 
-**Rows per record key.** With ``rows_per_id=N`` (needs ``id_column``) only the first ``N``
-rows of each key, in file order, are kept; the others are dropped and counted in
-:attr:`DataReport.dropped` (locally only). Which rows a key keeps depends on that key's rows
-only, so adding or removing one person changes at most ``N`` kept rows: the release's
-sensitivity becomes ``N`` times the per-row one, and :mod:`participant.contribute` scales
-the noise by ``N``.
+**Rows per record key.** ``rows_per_id=N`` (needs ``id_column``) keeps the first ``N`` rows
+of each key in file order and counts the rest in :attr:`DataReport.dropped` (local only). A
+key's kept rows depend on its own rows only, so one person changes at most ``N`` kept rows;
+:mod:`participant.contribute` scales the noise by ``N``.
 
 Memory stays bounded by the chunk size: Parquet is read batch by batch
 (``ParquetFile.iter_batches``) and CSV through ``pyarrow.csv.open_csv`` streaming.
