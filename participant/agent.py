@@ -232,7 +232,8 @@ class Agent:
                 source=source, cap=enrolment.cap, rows_per_id=options.rows_per_id,
             )
             send_at, slots = policy.send_schedule(anchor, send_slot, self.clock())
-            self.sleep(max(0.0, send_at - self.clock()))
+            if (wait := send_at - self.clock()) > 0:
+                self.sleep(wait)
             result = rel.send_stored(self.state, ledger, client, entry, resent=False)
             if substitute is not None:
                 raise rel.ReleaseSubstituted(

@@ -236,7 +236,12 @@ class DataSource:
             keys = None if self.spec.id_column is None else batch.column(self.spec.id_column)
             first = self.report.rows + 1
             if self.spec.rows_per_id is not None and keys is not None:
-                keep = self._keep_per_id(keys, first)
+                if keys.null_count:
+                    rows = np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))
+                    raise _fail(self.path, str(self.spec.id_column), "missing record keys",
+                                rows + first, [])
+                keep = keep_first_rows(self._per_id, keys.to_pylist(), self.spec.rows_per_id)
+                self.report.dropped += int((~keep).sum())
                 X, keys = X[keep], keys.filter(pa.array(keep))
             self.report.rows += batch.num_rows
             if self.kind == "csv":
@@ -245,16 +250,6 @@ class DataSource:
             else:
                 bar.update(batch.num_rows)
             yield Chunk(X=X, keys=keys, first_row=first)
-
-    def _keep_per_id(self, keys: pa.Array, first: int) -> NDArray[np.bool_]:
-        """Mask of the rows kept under ``rows_per_id`` (first rows of each key, file order)."""
-        if keys.null_count:
-            rows = np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))
-            raise _fail(self.path, str(self.spec.id_column), "missing record keys",
-                        rows + first, [])
-        keep = keep_first_rows(self._per_id, keys.to_pylist(), int(self.spec.rows_per_id or 0))
-        self.report.dropped += int((~keep).sum())
-        return keep
 
     def _column(self, arr: pa.Array, name: str, j: int) -> NDArray[np.float64]:
         offset = self.report.rows + 1

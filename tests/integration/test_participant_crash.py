@@ -41,7 +41,8 @@ def test_agent_killed_before_the_answer_resends_identical_bytes(
     proxy.drop = lambda method, path: method == "POST"
     proxy.hold = True  # the coordinator has answered; the agent never hears it
     agent = subprocess.Popen([EXE, "--state", str(state), "--no-progress", "contribute",
-                              "crash", str(data)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              "crash", str(data), "--send-slot", "0.2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proxy.dropped.wait(90), agent.communicate(timeout=5)
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait(timeout=30)
@@ -78,7 +79,7 @@ def test_dropped_answer_is_retried_in_the_same_run_without_new_noise(
     sleeps: list[float] = []
     agent = Agent(tmp_path / "state", sleep=sleeps.append)
     agent.enrol(proxy.url, token, coord.fingerprint(), epsilon_cap="10")
-    outcome = agent.contribute("drop", data, DataOptions())
+    outcome = agent.contribute("drop", data, DataOptions(), send_slot=0)
     assert len(outcome.sent) == 1 and outcome.sent[0].contribution["model_version"] >= 1
     posts = proxy.bodies("/contributions")
     assert len(posts) == 2 and posts[0] == posts[1] and len(sleeps) == 1
