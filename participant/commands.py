@@ -179,6 +179,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
         spent, pending = ledger.spent(), ledger.entries(status="stored")
     doc: dict[str, Any] = {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                            "key_fingerprint": e.key_fingerprint, "cap": str(e.cap),
+                           "max_release_epsilon": e.max_release_epsilon,
                            "spent": str(spent), "remaining": str(e.cap.remaining(spent)),
                            "pending": [p.idempotency_key for p in pending]}
     try:
