@@ -236,13 +236,7 @@ class Agent:
                 self.sleep(wait)
             result = rel.send_stored(self.state, ledger, client, entry, resent=False)
             if substitute is not None:
-                raise rel.ReleaseSubstituted(
-                    f"{path}: the data could not be used ({substitute}); so that the "
-                    f"coordinator cannot tell, a noise-only release was sent in its place and "
-                    f"charged ({entry.cost}). Fix the file (check-data shows the problem "
-                    f"without sending anything) and contribute again.",
-                    key=entry.idempotency_key, reason=substitute,
-                )
+                raise rel.ReleaseSubstituted.after(path, entry, substitute)
             return ContributeOutcome([result], source.report.clipped, ledger.spent(),
                                      enrolment.cap, source.report.dropped, slots)
 

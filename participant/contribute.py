@@ -62,6 +62,16 @@ from participant.state import StateDir, write_private
 class ReleaseSubstituted(InvalidInput):
     """The data could not be used; a noise-only release was sent in its place (charged)."""
 
+    @classmethod
+    def after(cls, path: object, entry: LedgerEntry, reason: str) -> ReleaseSubstituted:
+        return cls(
+            f"{path}: the data could not be used ({reason}); a noise-only release was sent in "
+            f"its place, so that whether a release arrives does not depend on the data, and "
+            f"charged ({entry.cost}). Fix the file (check-data shows the problem without "
+            f"sending anything) and contribute again.",
+            key=entry.idempotency_key, reason=reason,
+        )
+
 
 @dataclass(frozen=True)
 class SendResult:
