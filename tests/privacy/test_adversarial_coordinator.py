@@ -9,9 +9,10 @@ processes hold neighbouring datasets, ``D`` and ``D + target``, and run every co
 
 What the coordinator observes must not depend on the target:
 - whether a POST arrives (and whether the participant asked for a config at all);
-- when it arrives: never before the documented send slot after the config GET, and the
-  participant's own (local) report says it met the slot -- no wall-clock assertion beyond the
-  lower bound the code guarantees;
+- when it arrives: never before the end of the send slot (or of the slots the participant
+  reports it needed) after the config GET -- the only wall-clock assertion is that lower
+  bound, which the code guarantees; the exact schedule is tested with an injected clock in
+  tests/participant/test_policy.py;
 - the body: a valid release whose bytes are exactly the canonical encoding of its noisy
   counts (so its size is post-processing of the DP release), with the decompressed size of a
   dense release fixed by the config.
@@ -250,8 +251,8 @@ def observe(attempt: str, results, config, released: bool) -> None:
         if released:
             assert code == 0, err
             posted_at, body = seen.posts[0]
-            assert posted_at - seen.config_at >= SLOT  # never before the slot ends
-            assert json.loads(out)["send_slots"] == 1  # and the data fitted in one slot
+            slots = json.loads(out)["send_slots"]  # 1 unless reading outlasted the slot
+            assert slots >= 1 and posted_at - seen.config_at >= SLOT * slots  # never early
             shapes.add(check_body(body, config))
         else:
             assert code != 0 and ("nothing was read" in err.lower() or "always clips" in err), err
