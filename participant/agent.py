@@ -7,7 +7,9 @@
 
 Safety properties: the coordinator key is pinned at enrolment; every config is verified
 against it (signature, expiry, no downgrade, LSH digest) before use; the local ledger and
-cap are consulted before any noise is drawn; a stored release is re-sent unchanged.
+cap, the per-release ceiling and the approved schema are consulted before any record is read;
+once the data is read the release is charged and goes out (noise-only if the data failed), at
+a send slot that does not depend on the data; a stored release is re-sent unchanged.
 """
 
 from __future__ import annotations
@@ -25,10 +27,17 @@ from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import ConfigError, SignatureInvalid
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
+from participant import policy
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
 from participant.ledger import Ledger
-from participant.state import Enrolment, StateDir, check_study_id, write_private
+from participant.state import (
+    DEFAULT_MAX_RELEASE_EPSILON,
+    Enrolment,
+    StateDir,
+    check_study_id,
+    write_private,
+)
 
 if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
     from participant.contribute import SendResult
@@ -37,30 +46,40 @@ if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow 
 
 @dataclass(frozen=True)
 class DataOptions:
-    """How to read the local file: record key, ignored columns, out-of-bounds policy."""
+    """How to read the local file: record key, ignored columns, out-of-bounds policy, and
+    (releases only) the most rows one record key may contribute."""
 
     id_column: str | None = None
     ignore: tuple[str, ...] = ()
     on_out_of_bounds: str = "clip"
     chunk_rows: int = 65_536
     progress: bool = False
+    rows_per_id: int | None = None
 
-    def source(self, path: str | Path, config: StudyConfig) -> DataSource:
+    def source(self, path: str | Path, config: StudyConfig, *, release: bool = False
+               ) -> DataSource:
         spec = DataSpec.from_config(
             config, id_column=self.id_column, ignore=self.ignore,
             on_out_of_bounds=self.on_out_of_bounds,
+            rows_per_id=self.rows_per_id if release else None,
         )
         return DataSource(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
 
 
 @dataclass(frozen=True)
 class ContributeOutcome:
-    """What ``contribute`` did; ``clipped`` is local information only."""
+    """What ``contribute`` did; everything but ``sent`` is local information only.
+
+    ``send_slots``: how many send slots the release waited (1 when reading the data fitted
+    in the slot; 0 without a slot or for a re-send).
+    """
 
     sent: list[SendResult] = field(default_factory=list)
     clipped: dict[str, int] = field(default_factory=dict)
     spent: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
     cap: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
+    dropped: int = 0
+    send_slots: int = 0
 
 
 class Agent:
@@ -72,11 +91,13 @@ class Agent:
         *,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
         event_hooks: dict[str, list[Callable[..., Any]]] | None = None,
         max_tries: int = 6,
         timeout: float = 30.0,
     ) -> None:
         self.state = StateDir(state_dir)
+        self.sleep, self.clock = sleep, clock
         self._client_kw: dict[str, Any] = dict(
             transport=transport, sleep=sleep, event_hooks=event_hooks,
             max_tries=max_tries, timeout=timeout,
@@ -100,9 +121,17 @@ class Agent:
         *,
         epsilon_cap: str,
         delta_cap: str = "0",
+        max_release_epsilon: str | None = None,
     ) -> Enrolment:
-        """Fetch ``/v1/key``, check it against the pinned fingerprint, store everything."""
+        """Fetch ``/v1/key``, check it against the pinned fingerprint, store everything.
+
+        ``max_release_epsilon`` (default: 2, or the cap if smaller) is the per-release ceiling.
+        """
         cap = PrivacyBudget(epsilon_cap, delta_cap)
+        ceiling = PrivacyBudget(max_release_epsilon or min(
+            PrivacyBudget(DEFAULT_MAX_RELEASE_EPSILON).epsilon, cap.epsilon))
+        if ceiling.epsilon <= 0:
+            raise ValueError(f"the per-release ceiling must be > 0, got {max_release_epsilon}")
         if not fingerprint.startswith("sha256:"):
             fingerprint = "sha256:" + fingerprint
         with self.client(coordinator_url) as client:
@@ -118,6 +147,7 @@ class Agent:
         enrolment = Enrolment(
             coordinator_url.rstrip("/"), token, actual,
             f"{cap.epsilon.normalize():f}", f"{cap.delta.normalize():f}",
+            f"{ceiling.epsilon.normalize():f}",
         )
         self.state.save_enrolment(enrolment, pem)
         self.ledger().close()
@@ -165,8 +195,22 @@ class Agent:
             pass
         return source
 
-    def contribute(self, study: str, path: str | Path, options: DataOptions) -> ContributeOutcome:
-        """Re-send a stored release if one is pending; otherwise make and send a new one."""
+    def approve(self, study: str) -> dict[str, Any]:
+        """Fetch the study config and approve the columns it releases (operator decision)."""
+        config, _ = self.fetch_config(study)
+        doc = policy.schema_doc(config)
+        self.state.save_approved(study, doc)
+        return doc
+
+    def contribute(
+        self, study: str, path: str | Path, options: DataOptions, *,
+        send_slot: float = policy.DEFAULT_SEND_SLOT, approve_schema: bool = False,
+    ) -> ContributeOutcome:
+        """Re-send a stored release if one is pending; otherwise make and send a new one.
+
+        Every refusal happens before a record is read; from the ledger reservation on, the
+        release is charged and sent ``send_slot`` seconds after the config was fetched.
+        """
         from participant import contribute as rel
 
         enrolment = self.state.load_enrolment()
@@ -177,21 +221,41 @@ class Agent:
                 sent = [rel.send_stored(self.state, ledger, client, e, resent=True)
                         for e in pending]
                 return ContributeOutcome(sent, {}, ledger.spent(), enrolment.cap)
+            policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
             config, signed = self.fetch_config(study, client)
+            anchor = self.clock()
             ledger.check(config.release_cost(), enrolment.cap)
-            source = options.source(path, config)
-            grid = config.grid_spec()
-            exact = rel.exact_histograms(
-                source, config.lsh_family(), grid, dense_grid=config.grid_layout == "dense"
+            source = self._checked_source(study, path, options, config, enrolment,
+                                          approve_schema)
+            entry, substitute = rel.make_release(
+                self.state, ledger, study=study, config=config, config_digest=signed.digest(),
+                source=source, cap=enrolment.cap, rows_per_id=options.rows_per_id,
             )
-            if source.report.rows == 0:
-                raise ValueError(f"{path}: no records; nothing to release")
-            result = rel.release_and_send(
-                self.state, ledger, client, study=study, config=config,
-                config_digest=signed.digest(), exact=exact, cap=enrolment.cap,
-            )
+            send_at, slots = policy.send_schedule(anchor, send_slot, self.clock())
+            if (wait := send_at - self.clock()) > 0:
+                self.sleep(wait)
+            result = rel.send_stored(self.state, ledger, client, entry, resent=False)
+            if substitute is not None:
+                raise rel.ReleaseSubstituted.after(path, entry, substitute)
             return ContributeOutcome([result], source.report.clipped, ledger.spent(),
-                                     enrolment.cap)
+                                     enrolment.cap, source.report.dropped, slots)
+
+    def _checked_source(
+        self, study: str, path: str | Path, options: DataOptions, config: StudyConfig,
+        enrolment: Enrolment, approve_schema: bool,
+    ) -> DataSource:
+        """Every check a release passes before reading a record (participant.policy)."""
+        policy.check_release_options(config, on_out_of_bounds=options.on_out_of_bounds,
+                                     id_column=options.id_column,
+                                     rows_per_id=options.rows_per_id)
+        policy.check_ceiling(config.release_cost(), enrolment.ceiling)
+        policy.check_column_roles(config, options.id_column, options.ignore)
+        schema = policy.check_schema(self.state.load_approved(study), config,
+                                     approve=approve_schema)
+        source = options.source(path, config, release=True)  # reads the header only
+        if schema is not None:
+            self.state.save_approved(study, schema)
+        return source
 
     def resend_pending(self) -> list[SendResult]:
         """Send every stored-but-unacknowledged release (all studies)."""

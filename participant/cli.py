@@ -1,14 +1,16 @@
 """``fedod-participant``: run a fedod participant next to local data.
 
-Subcommands: enrol, config, check-data, contribute, score, run, ledger, status.
+Subcommands: enrol, approve, config, check-data, contribute, score, run, ledger, status.
 
 Exit codes:
     0  success
     1  unexpected internal error (a bug: please report it)
     2  usage error (bad arguments, state directory not enrolled)
-    3  data invalid (schema, non-numeric, missing or refused out-of-bounds values)
-    4  config or key refused (bad signature, wrong key, expired, downgrade, digest mismatch)
-    5  privacy budget refused (local cap, or the coordinator's ledger)
+    3  data invalid (schema, non-numeric, missing or refused out-of-bounds values); for
+       contribute/run after the data was read: a noise-only release was sent and charged
+    4  config or key refused (bad signature, wrong key, expired, downgrade, digest mismatch,
+       released columns changed since the operator's approval: run `approve`)
+    5  privacy budget refused (local cap, per-release ceiling, or the coordinator's ledger)
     6  coordinator unavailable after retries (a stored release is re-sent on the next run),
        or `run` gave up waiting for contributors
     7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict)

@@ -10,8 +10,10 @@ from typing import Any
 
 from participant.agent import Agent, DataOptions
 from participant.config import Settings
+from participant.state import DEFAULT_MAX_RELEASE_EPSILON
 
-DEFAULT_STATE = Settings().state_dir
+SETTINGS = Settings()
+DEFAULT_STATE = SETTINGS.state_dir
 
 
 def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
@@ -27,15 +29,31 @@ def _data_args(p: argparse.ArgumentParser) -> None:
                    help="column to skip, e.g. an evaluation label (repeatable)")
     p.add_argument("--out-of-bounds", choices=("clip", "error"), default="clip",
                    help="values outside the study's public bounds: clip them to the bounds "
-                        "and report how many (locally only), or refuse the file "
+                        "and report how many (locally only), or refuse the file (check-data "
+                        "and score only: a release always clips, since a refusal would tell "
+                        "the coordinator whether a value lies beyond bounds it chose) "
                         "(default: clip)")
     p.add_argument("--chunk-rows", type=int, default=65_536, metavar="N",
                    help="records per chunk; bounds memory use (default: 65536)")
 
 
+def _release_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rows-per-id", type=int, metavar="N",
+                   help="keep at most N rows per --id-column value (first in file order): "
+                        "the unit of privacy becomes one person with up to N rows, and the "
+                        "noise is scaled by N (default: no cap; the unit is one row)")
+    p.add_argument("--send-slot", type=float, default=SETTINGS.send_slot, metavar="S",
+                   help="send the release S seconds after fetching the config, however long "
+                        "reading the data takes, so the timing does not reveal its size "
+                        f"(env FEDOD_SEND_SLOT; default: {SETTINGS.send_slot:g})")
+    p.add_argument("--approve-schema", action="store_true",
+                   help="approve the columns the current config releases, if they changed "
+                        "since the last approval (otherwise such a config is refused)")
+
+
 def _options(args: argparse.Namespace) -> DataOptions:
     return DataOptions(args.id_column, tuple(args.ignore_column), args.out_of_bounds,
-                       args.chunk_rows, args.progress)
+                       args.chunk_rows, args.progress, getattr(args, "rows_per_id", None))
 
 
 def _clipped(clipped: dict[str, int]) -> str:
@@ -54,12 +72,24 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
         raise ValueError("give the credential with --token-file, --token or "
                          "FEDOD_PARTICIPANT_TOKEN")
     e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
-                    delta_cap=args.delta_cap)
+                    delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
     _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
-                "delta_cap": e.delta_cap},
+                "delta_cap": e.delta_cap, "max_release_epsilon": e.max_release_epsilon},
          f"enrolled with {e.coordinator_url}; key {e.key_fingerprint} pinned; local cap "
-         f"epsilon={e.epsilon_cap} delta={e.delta_cap}; state in {agent.state.root}")
+         f"epsilon={e.epsilon_cap} delta={e.delta_cap}, at most epsilon="
+         f"{e.max_release_epsilon} per release; state in {agent.state.root}")
+
+
+def cmd_approve(agent: Agent, args: argparse.Namespace) -> None:
+    before = agent.state.load_approved(args.study) if agent.state.is_enrolled() else None
+    doc = agent.approve(args.study)
+    old = [] if before is None else before["columns"]
+    added = [c for c in doc["columns"] if c not in old]
+    removed = [c for c in old if c not in doc["columns"]]
+    _out(args, {**doc, "added": added, "removed": removed},
+         f"approved the columns config v{doc['config_version']} of {args.study} releases: "
+         f"{doc['columns']} (added {added}, removed {removed})")
 
 
 def cmd_config(agent: Agent, args: argparse.Namespace) -> None:
@@ -82,7 +112,12 @@ def cmd_check_data(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
-    o = agent.contribute(args.study, args.data, _options(args))
+    o = agent.contribute(args.study, args.data, _options(args), send_slot=args.send_slot,
+                         approve_schema=args.approve_schema)
+    if o.send_slots > 1:
+        print(f"warning: reading the data took longer than the send slot ({args.send_slot:g} "
+              f"s), so the release went out after {o.send_slots} slots, which hints at the "
+              "data size; raise --send-slot", file=sys.stderr)
     for s in o.sent:
         what = "re-sent stored release" if s.resent else "sent release"
         print(f"{what} {s.idempotency_key}: contribution {s.contribution.get('id')}, "
@@ -91,9 +126,11 @@ def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
         print("a pending release was re-sent (no new noise drawn); run contribute again "
               "for a new release", file=sys.stderr)
     _out(args, {"sent": [s.__dict__ for s in o.sent], "clipped": o.clipped,
+                "dropped_over_rows_per_id": o.dropped, "send_slots": o.send_slots,
                 "epsilon_spent": o.spent.epsilon, "delta_spent": o.spent.delta,
                 "epsilon_cap": o.cap.epsilon},
-         f"{_clipped(o.clipped)}\nlocal budget spent {o.spent} of cap {o.cap}")
+         f"{_clipped(o.clipped)}\n{o.dropped} rows over --rows-per-id left out (local only)"
+         f"\nlocal budget spent {o.spent} of cap {o.cap}")
 
 
 def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
@@ -142,6 +179,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
         spent, pending = ledger.spent(), ledger.entries(status="stored")
     doc: dict[str, Any] = {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                            "key_fingerprint": e.key_fingerprint, "cap": str(e.cap),
+                           "max_release_epsilon": e.max_release_epsilon,
                            "spent": str(spent), "remaining": str(e.cap.remaining(spent)),
                            "pending": [p.idempotency_key for p in pending]}
     try:
@@ -154,7 +192,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
 
 
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
-    "enrol": cmd_enrol, "config": cmd_config, "check-data": cmd_check_data,
+    "enrol": cmd_enrol, "approve": cmd_approve, "config": cmd_config, "check-data": cmd_check_data,
     "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
     "status": cmd_status,
 }
@@ -190,6 +228,14 @@ def _score_args(p: argparse.ArgumentParser) -> None:
     flag.add_argument("--top-k", type=int, metavar="K", help="flag the K most outlying records")
 
 
+def _ceiling_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-release-epsilon", metavar="EPS",
+                   help="per-release epsilon ceiling: a config spending more in one release "
+                        f"is refused before any data is read (default: "
+                        f"{DEFAULT_MAX_RELEASE_EPSILON}, or the cap if smaller; set at "
+                        "enrolment)")
+
+
 def build_parser(doc: str) -> argparse.ArgumentParser:
     common = _global_options(defaults=False)
     summary, _, epilog = doc.partition("Exit codes:")
@@ -213,18 +259,29 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--epsilon-cap", required=True, metavar="EPS",
                    help="local epsilon cap over all releases; no config can raise it")
     p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
+    _ceiling_arg(p)
+    p = add("approve", "fetch a study config and approve the columns it releases; needed "
+                       "when a new config version releases other columns than approved "
+                       "(the first release of a study approves its columns)")
+    p.add_argument("study", help="study id")
     p = add("config", "fetch and verify a study config (signature, expiry, no downgrade, "
                       "hash digest) and remember its version")
     p.add_argument("study", help="study id")
     _data_args(add("check-data", "fetch the study config and check a data file against its "
                                  "schema; no data and no release is sent"))
-    _data_args(add("contribute", "release noisy histograms of a data file; if an earlier "
-                                 "release is stored but unacknowledged, re-send it byte for "
-                                 "byte instead (no new noise) and stop"))
+    p = add("contribute", "release noisy histograms of a data file; if an earlier release is "
+                          "stored but unacknowledged, re-send it byte for byte instead (no new "
+                          "noise) and stop. Once the data is read the release is charged and "
+                          "sent at the send slot; if the data cannot be used, noise-only "
+                          "counts go out in its place (exit 3)")
+    _data_args(p)
+    _release_args(p)
     _score_args(add("score", "score local records against the global model and write scores"))
     p = add("run", "unattended round, safe to rerun: enrol if needed, release at most once "
                    "per config version, wait for --min-contributors, score")
     _score_args(p)
+    _release_args(p)
+    _ceiling_arg(p)
     p.add_argument("--coordinator", metavar="URL", help="coordinator URL (first run only)")
     p.add_argument("--fingerprint", metavar="sha256:HEX", help="pinned key (first run only)")
     p.add_argument("--fingerprint-file", metavar="FILE", help="file holding the fingerprint")

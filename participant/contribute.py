@@ -2,14 +2,29 @@
 
 Order of operations (each step durable before the next starts)::
 
-    check local cap ─► exact histograms (chunked, local) ─► reserve in ledger (cap re-checked)
-    ─► draw noise once (common.release) ─► encode ─► write body to outbox/<key>.json (fsync)
-    ─► ledger: stored ─► POST (retries send these same bytes) ─► ledger: acknowledged
+    checks that read no record (config, ceiling, cap, approved schema, column names)
+    ─► reserve in ledger (cap re-checked; from here on the release is charged, never refunded)
+    ─► read the data, exact histograms (chunked, local) ─► draw noise once ─► encode
+    ─► write body to outbox/<key>.json (fsync) ─► ledger: stored
+    ─► wait for the send slot ─► POST (retries send these same bytes) ─► ledger: acknowledged
+
+**Nothing after the reservation may fail because of the data** (issue 15): if reading the
+file, counting or drawing the noise raises, the release goes out anyway with *noise-only*
+counts (the histograms of an empty dataset), under the same key and at the same time, and the
+error is reported locally only. Whether and when a POST arrives therefore does not depend on
+the records; the ledger keeps the charge in every case. If even the noise-only release fails
+(a config the code cannot release, independent of the data) or the agent dies, the release
+is marked ``abandoned`` and stays charged. A temporary body left by a failed write is
+shredded (:func:`participant.state.shred`); no noisy body is written outside the outbox.
 
 If the agent dies anywhere after the body is stored, the next ``contribute`` re-sends that
 body byte for byte under the same idempotency key before doing anything else, and draws no
-new noise; the coordinator answers a replay with the original contribution. A release that
-never reached the outbox is marked ``abandoned``: its noise never left memory.
+new noise; the coordinator answers a replay with the original contribution.
+
+**Sensitivity with a per-key row cap.** With ``rows_per_id = N`` one person adds at most
+``N`` rows, so the LSH vector has L1 sensitivity ``m * N`` and a dense grid ``N``; the noise
+scale is ``sensitivity / epsilon`` with the config's epsilon, which is what is charged (per
+person). A sparse grid is only released with ``N = 1`` (:mod:`participant.policy`).
 
 Only noisy counts, the config version/digest and the claimed (epsilon, delta) leave the
 machine; never row counts, clipping counts or any other statistic of the local data.
@@ -24,17 +39,38 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.encoding import encode_release
+from common.errors import InvalidInput
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
-from common.release import Release, release_grid_counts, release_lsh_counts
+from common.release import (
+    Release,
+    add_discrete_laplace,
+    release_grid_counts,
+    release_lsh_counts,
+)
 from common.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data import DataSource
 from participant.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
+
+
+class ReleaseSubstituted(InvalidInput):
+    """The data could not be used; a noise-only release was sent in its place (charged)."""
+
+    @classmethod
+    def after(cls, path: object, entry: LedgerEntry, reason: str) -> ReleaseSubstituted:
+        return cls(
+            f"{path}: the data could not be used ({reason}); a noise-only release was sent in "
+            f"its place, so that whether a release arrives does not depend on the data, and "
+            f"charged ({entry.cost}). Fix the file (check-data shows the problem without "
+            f"sending anything) and contribute again.",
+            key=entry.idempotency_key, reason=reason,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,14 +114,34 @@ def exact_histograms(
     return out
 
 
-def noisy_releases(config: StudyConfig, exact: ExactCounts) -> tuple[Release, Release | None]:
-    """Draw the noise, once. Only called after the ledger has reserved the cost."""
-    p = config.privacy
-    lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables, p.epsilon_lsh)
+def empty_counts(config: StudyConfig) -> ExactCounts:
+    """Exact histograms of an empty dataset: a noise-only release has the same shape."""
+    out = ExactCounts(lsh=np.zeros(config.lsh_cells, dtype=np.int64))
+    if config.grid_layout == "dense":
+        out.grid_dense = np.zeros(config.grid_cells, dtype=np.int64)
+    elif config.grid_layout == "sparse":
+        out.grid_cells = np.empty(0, dtype=np.int64)
+        out.grid_counts = np.empty(0, dtype=np.int64)
+    return out
+
+
+def noisy_releases(
+    config: StudyConfig, exact: ExactCounts, rows_per_id: int | None = None
+) -> tuple[Release, Release | None]:
+    """Draw the noise, once, scaled for ``rows_per_id`` rows per person (module docstring).
+    Only called after the ledger has reserved the cost."""
+    p, n = config.privacy, rows_per_id or 1
+    lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables * n, p.epsilon_lsh)
     grid = None
-    if exact.grid_dense is not None:
+    if exact.grid_dense is not None and n > 1:
+        noisy = add_discrete_laplace(exact.grid_dense, n, p.epsilon_grid)
+        grid = Release("grid", "dense", config.grid_cells, noisy, None,
+                       PrivacyBudget(p.epsilon_grid))
+    elif exact.grid_dense is not None:
         grid = release_grid_counts(exact.grid_dense, config.grid_cells, p.epsilon_grid)
     elif exact.grid_cells is not None and exact.grid_counts is not None:
+        if n > 1:
+            raise ValueError("a sparse grid is released only with one row per person")
         grid = release_grid_counts((exact.grid_cells, exact.grid_counts), config.grid_cells,
                                    p.epsilon_grid, p.delta_grid)
     return lsh, grid
@@ -123,37 +179,59 @@ def send_stored(
 
 
 def recover(state: StateDir, ledger: Ledger) -> None:
-    """Settle releases left by a crash (caller holds the state lock)."""
+    """Settle releases left by a crash (caller holds the state lock): a stored body will be
+    re-sent; an unstored one is ``abandoned`` and stays charged (it may have read the data).
+    Temporary files a killed write left behind are shredded."""
+    state.shred_partial_writes()
     for entry in ledger.entries(status="intended"):
         stored = state.outbox_path(entry.idempotency_key).exists()
-        ledger.mark(entry.idempotency_key, "stored" if stored else "abandoned")
+        ledger.mark(entry.idempotency_key, "stored" if stored else "abandoned",
+                    detail=None if stored else "agent stopped before the body was stored")
 
 
-def release_and_send(
+def release_body(
+    key: str, config: StudyConfig, config_digest: str, source: DataSource,
+    rows_per_id: int | None,
+) -> tuple[bytes, str | None]:
+    """Read the data and draw the release; on any error, a noise-only release instead.
+
+    Returns the body and, when it is a substitute, the local-only reason.
+    """
+    try:
+        exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
+                                 dense_grid=config.grid_layout == "dense")
+        return build_body(key, config, config_digest,
+                          *noisy_releases(config, exact, rows_per_id)), None
+    except Exception as exc:  # the data must not decide whether a release goes out
+        lsh, grid = noisy_releases(config, empty_counts(config), rows_per_id)
+        return build_body(key, config, config_digest, lsh, grid), f"{type(exc).__name__}: {exc}"
+
+
+def make_release(
     state: StateDir,
     ledger: Ledger,
-    client: CoordinatorClient,
     *,
     study: str,
     config: StudyConfig,
     config_digest: str,
-    exact: ExactCounts,
-    cap: Any,
-) -> SendResult:
-    """Reserve, draw noise once, store the body durably, then send it."""
+    source: DataSource,
+    cap: PrivacyBudget,
+    rows_per_id: int | None = None,
+) -> tuple[LedgerEntry, str | None]:
+    """Reserve (charged from here on), read, draw noise once, store the body durably.
+
+    Returns the stored ledger entry and the reason when the body is a noise-only substitute.
+    """
     key = secrets.token_urlsafe(24)
-    ledger.reserve(
-        idempotency_key=key,
-        study=study,
-        config_version=config.version,
-        config_digest=config_digest,
-        cost=config.release_cost(),
-        cap=cap,
-    )
-    lsh, grid = noisy_releases(config, exact)
-    body = build_body(key, config, config_digest, lsh, grid)
-    write_private(state.outbox_path(key), body)
-    ledger.mark(key, "stored")
-    entry = ledger.entries(status="stored", study=study)
-    mine = next(e for e in entry if e.idempotency_key == key)
-    return send_stored(state, ledger, client, mine, resent=False)
+    ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
+                   config_digest=config_digest, cost=config.release_cost(), cap=cap)
+    try:
+        body, substitute = release_body(key, config, config_digest, source, rows_per_id)
+        write_private(state.outbox_path(key), body)
+    except BaseException as exc:
+        ledger.mark(key, "abandoned", detail=f"not stored ({type(exc).__name__}); charged")
+        raise
+    ledger.mark(key, "stored", detail=substitute and f"noise-only substitute: {substitute}")
+    entry = next(e for e in ledger.entries(status="stored", study=study)
+                 if e.idempotency_key == key)
+    return entry, substitute

@@ -10,7 +10,13 @@ and the first bad rows (rows count data rows from 1, the CSV header excluded):
 **Out-of-bounds policy.** The study's public bounds define the hash cuts and the grid, so a
 value outside ``[lo, hi]`` is *clipped* to the nearest bound (``on_out_of_bounds="clip"``,
 the default) and counted per column in :attr:`DataSource.report`. The counts are shown
-locally and are never sent anywhere. ``on_out_of_bounds="error"`` refuses the file instead.
+locally and are never sent anywhere. ``on_out_of_bounds="error"`` refuses the file instead
+(``check-data`` and ``score`` only: a release always clips, see :mod:`participant.policy`).
+
+**Rows per record key.** ``rows_per_id=N`` (needs ``id_column``) keeps the first ``N`` rows
+of each key in file order and counts the rest in :attr:`DataReport.dropped` (local only). A
+key's kept rows depend on its own rows only, so one person changes at most ``N`` kept rows;
+:mod:`participant.contribute` scales the noise by ``N``.
 
 Memory stays bounded by the chunk size: Parquet is read batch by batch
 (``ParquetFile.iter_batches``) and CSV through ``pyarrow.csv.open_csv`` streaming.
@@ -31,6 +37,7 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import SchemaMismatch
+from participant.policy import keep_first_rows
 from participant.progress import Progress
 
 MAX_SHOWN = 5
@@ -46,6 +53,7 @@ class DataSpec:
     id_column: str | None = None
     ignore: tuple[str, ...] = ()
     on_out_of_bounds: str = "clip"
+    rows_per_id: int | None = None
 
     @classmethod
     def from_config(cls, config: StudyConfig, **local: object) -> DataSpec:
@@ -64,6 +72,7 @@ class DataReport:
     path: str
     rows: int = 0
     clipped: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
 
     @property
     def clipped_total(self) -> int:
@@ -111,6 +120,9 @@ class DataSource:
         self.chunk_rows = chunk_rows
         self.progress = progress
         self.report = DataReport(str(self.path))
+        self._per_id: dict[object, int] = {}
+        if spec.rows_per_id is not None and spec.id_column is None:
+            raise ValueError("rows_per_id needs an id_column")
         if not self.path.is_file():
             raise SchemaMismatch(f"{self.path}: no such data file", path=str(self.path))
         suffix = self.path.suffix.lower()
@@ -168,6 +180,7 @@ class DataSource:
 
     def __iter__(self) -> Iterator[Chunk]:
         self.report = DataReport(str(self.path))
+        self._per_id = {}
         bar = Progress(f"reading {self.path.name}", enabled=self.progress)
         if self.kind == "parquet":
             meta = pq.read_metadata(self.path)
@@ -222,6 +235,14 @@ class DataSource:
                 X[:, j] = self._column(batch.column(name), name, j)
             keys = None if self.spec.id_column is None else batch.column(self.spec.id_column)
             first = self.report.rows + 1
+            if self.spec.rows_per_id is not None and keys is not None:
+                if keys.null_count:
+                    rows = np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))
+                    raise _fail(self.path, str(self.spec.id_column), "missing record keys",
+                                rows + first, [])
+                keep = keep_first_rows(self._per_id, keys.to_pylist(), self.spec.rows_per_id)
+                self.report.dropped += int((~keep).sum())
+                X, keys = X[keep], keys.filter(pa.array(keep))
             self.report.rows += batch.num_rows
             if self.kind == "csv":
                 done_bytes += batch.nbytes

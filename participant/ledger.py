@@ -1,17 +1,19 @@
 """The participant's own privacy ledger: a sqlite3 file in the state directory.
 
-Every release is recorded *before* any noise is drawn, and the local cap is checked in the
-same transaction, so no coordinator config can make the participant overspend. A release
-moves through these states::
+Every release is recorded *before* any record is read or any noise is drawn, and the local cap
+is checked in the same transaction, so no coordinator config can make the participant
+overspend. A release moves through these states::
 
     intended ──► stored ──► acknowledged      (coordinator answered 200/201)
         │           └─────► rejected          (coordinator refused it with a final 4xx)
-        └─► abandoned                         (agent died before the body was stored)
+        └─► abandoned                         (agent died, or failed, before the body was stored)
 
-``intended``, ``stored``, ``acknowledged`` and ``rejected`` all count as spent: once the body
-is stored it may have left the machine. ``abandoned`` does not: its noisy counts were never
-written to disk, so they can never have been sent (the body is stored before sending).
-Only the agent holding the state-directory lock may abandon an ``intended`` release.
+**Every state counts as spent, ``abandoned`` included.** A release is reserved just before the
+data is read, so any release in the ledger may have read the data; refunding one that failed
+would let a coordinator learn from data-dependent failures for free (issue 15: a crash that
+depends on where a record falls turns "was a POST sent?" into a free query). A release is
+never refunded once reserved; only checks that do not read the data (config, caps, schema,
+column names) may refuse without a charge, and they run before the reservation.
 
 The ledger also keeps the newest signed-config version seen for each study, so an older
 (replayed) config is refused even after a restart.
@@ -27,7 +29,7 @@ from pathlib import Path
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 
-COUNTED = ("intended", "stored", "acknowledged", "rejected")
+STATUSES = ("intended", "stored", "acknowledged", "rejected", "abandoned")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS releases (
@@ -94,11 +96,8 @@ class Ledger:
 
     def spent(self) -> PrivacyBudget:
         """Sum of every release that counts (see module docstring)."""
-        marks = ",".join("?" * len(COUNTED))
         eps, delta = self._db.execute(
-            f"SELECT COALESCE(SUM(eps_nano),0), COALESCE(SUM(delta_atto),0) FROM releases "
-            f"WHERE status IN ({marks})",
-            COUNTED,
+            "SELECT COALESCE(SUM(eps_nano),0), COALESCE(SUM(delta_atto),0) FROM releases"
         ).fetchone()
         return PrivacyBudget.from_units(int(eps), int(delta))
 
@@ -148,7 +147,7 @@ class Ledger:
         detail: str | None = None,
     ) -> None:
         """Move a release to ``status`` (stored/acknowledged/rejected/abandoned)."""
-        if status not in (*COUNTED, "abandoned"):
+        if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
         self._db.execute(
             "UPDATE releases SET status=?, updated_at=?, "

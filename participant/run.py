@@ -62,14 +62,15 @@ def run_round(agent: Agent, args: argparse.Namespace, options: DataOptions) -> d
         with open(args.token_file) as fh:
             token = fh.read().strip()
         agent.enrol(args.coordinator, token, fingerprint, epsilon_cap=args.epsilon_cap,
-                    delta_cap=args.delta_cap)
+                    delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
     config, _ = agent.fetch_config(args.study)
     released = released_under(agent, args.study, config.version)
+    release = {"send_slot": args.send_slot, "approve_schema": args.approve_schema}
     if not released:
-        agent.contribute(args.study, args.data, options)
+        agent.contribute(args.study, args.data, options, **release)
         # a re-sent pending release may have been for this version; release if still not
         if not released_under(agent, args.study, config.version):
-            agent.contribute(args.study, args.data, options)
+            agent.contribute(args.study, args.data, options, **release)
     seen = wait_for_contributors(agent, args.study, args.min_contributors, args.wait)
     summary, model = agent.score(args.study, args.data, args.output, options,
                                  contamination=args.contamination, top_k=args.top_k)

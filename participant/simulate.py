@@ -37,6 +37,8 @@ STUDY = "sim-study"
 # Public, domain-knowledge grid features for the default data (tumour size, texture and shape:
 # the markers pathologists grade). A custom dataset uses its first three features.
 GRID_FEATURES = ["worst_radius", "worst_texture", "worst_concave_points"]
+SEND_SLOT = 2.0
+"""Send slot of the demo hospitals (small data on loopback; the CLI default is 30 s)."""
 
 
 def _free_port() -> int:
@@ -173,13 +175,18 @@ def _simulate(
                 str(workdir / h.name / "token"),
                 "--epsilon-cap",
                 cap,
+                "--max-release-epsilon",
+                str(epsilon),
             ]
             for h, s in zip(hospitals, state, strict=True)
         ],
         logs,
     )
     data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
-    _run_all([[*cli, *s, "contribute", *d] for s, d in zip(state, data_args, strict=True)], logs)
+    slot = ["--send-slot", str(SEND_SLOT)]
+    _run_all(
+        [[*cli, *s, "contribute", *d, *slot] for s, d in zip(state, data_args, strict=True)], logs
+    )
     say("every hospital contributed; scoring locally with the global model ...")
     outs = [workdir / h.name / "scores.csv" for h in hospitals]
     _run_all(

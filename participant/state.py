@@ -3,16 +3,21 @@
 Layout (directory ``0700``, every file ``0600``; nothing here ever leaves the machine)::
 
     <state>/
-        participant.json           coordinator URL, credential, pinned key fingerprint, local cap
+        participant.json           coordinator URL, credential, pinned key fingerprint, local cap,
+                                   per-release epsilon ceiling
         coordinator_key.pem        coordinator public key, fetched once and checked against the pin
         ledger.sqlite3             local privacy ledger + newest config version seen per study
         lock                       exclusive lock held while a release is being made or sent
         outbox/<key>.json          exact request body of each release, fsync'd before sending
         studies/<study>/config.json  newest verified signed config
+        studies/<study>/approved.json  released columns the operator approved (first release
+                                   or ``approve``); a config releasing other columns is refused
         studies/<study>/model.json   cached global model; model.etag holds its ETag
 
 Writes are atomic: write a temporary file in the same directory, fsync, rename, fsync the
-directory. Permissions are enforced on every write, whatever the process umask.
+directory. Permissions are enforced on every write, whatever the process umask. A temporary
+file left by a failed write (it may hold a noisy body that was never sent) is overwritten with
+zeros, fsync'd and unlinked (:func:`shred`), never just unlinked.
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from common.budget import PrivacyBudget
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+DEFAULT_MAX_RELEASE_EPSILON = "2"
+"""Per-release epsilon ceiling when ``enrol`` is not given one (issue 15, item 7)."""
 _STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -46,11 +54,17 @@ class Enrolment:
     key_fingerprint: str
     epsilon_cap: str
     delta_cap: str = "0"
+    max_release_epsilon: str = DEFAULT_MAX_RELEASE_EPSILON
 
     @property
     def cap(self) -> PrivacyBudget:
         """The local cap; no coordinator config can raise it."""
         return PrivacyBudget(self.epsilon_cap, self.delta_cap)
+
+    @property
+    def ceiling(self) -> PrivacyBudget:
+        """Most epsilon one release may spend; no coordinator config can raise it."""
+        return PrivacyBudget(self.max_release_epsilon)
 
 
 def fsync_dir(path: Path) -> None:
@@ -62,19 +76,46 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Atomically write ``data`` to ``path`` with mode 0600 and fsync it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def shred(path: Path) -> None:
+    """Overwrite ``path`` with zeros, fsync, then unlink it (missing is fine).
+
+    Best effort on copy-on-write or journalled file systems, where old blocks may survive; the
+    state directory is meant for a local, owner-only disk.
+    """
     try:
-        os.fchmod(fd, FILE_MODE)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        _write_all(fd, bytes(os.fstat(fd).st_size))
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    path.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically write ``data`` to ``path`` with mode 0600 and fsync it; a temporary file
+    left by a failure is shredded."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        shred(tmp)
+        raise
     fsync_dir(path.parent)
 
 
@@ -150,6 +191,24 @@ class StateDir:
 
     def outbox_path(self, idempotency_key: str) -> Path:
         return self.outbox / f"{idempotency_key}.json"
+
+    def shred_partial_writes(self) -> list[Path]:
+        """Shred temporary files a killed agent left in the outbox (never-sent noisy bodies)."""
+        leftovers = sorted(self.outbox.glob(".*.tmp"))
+        for path in leftovers:
+            shred(path)
+        return leftovers
+
+    def approved_path(self, study: str) -> Path:
+        return self.study_dir(study) / "approved.json"
+
+    def load_approved(self, study: str) -> dict[str, Any] | None:
+        """The schema the operator approved for ``study`` (None before the first approval)."""
+        path = self.approved_path(study)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def save_approved(self, study: str, doc: dict[str, Any]) -> None:
+        write_private(self.approved_path(study), json.dumps(doc, indent=2).encode())
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:

@@ -93,7 +93,7 @@ def test_bad_config_is_refused_and_nothing_is_released(participant_coordinator, 
     agent = Agent(state, transport=rewriter)
 
     with pytest.raises(error) as info:
-        agent.contribute(study, data, DataOptions())
+        agent.contribute(study, data, DataOptions(), send_slot=0)
     assert isinstance(info.value, ConfigError) and exit_code(info.value) == 4
     assert rewriter.posts == 0
     assert list((state / "outbox").iterdir()) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import subprocess
@@ -20,10 +21,13 @@ FEATURES = [{"name": n, "lo": 0.0, "hi": 10.0} for n in ("age", "bp", "chol", "h
 N_ROWS = 1237
 
 
+SLOT_ENV = {**os.environ, "FEDOD_SEND_SLOT": "0.2"}  # a short send slot keeps tests quick
+
+
 def run_cli(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [EXE, "--state", str(state), "--no-progress", *args],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env=SLOT_ENV,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

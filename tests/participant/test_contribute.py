@@ -132,7 +132,7 @@ def test_sparse_grid_release_sends_thresholded_cells_and_delta(tmp_path, data):
     assert agent.spent() == PrivacyBudget("1.5", "1e-6")
 
 
-def test_recover_abandons_unstored_and_resends_stored(tmp_path):
+def test_recover_charges_unstored_and_resends_stored(tmp_path):
     fake = FakeCoordinator()
     agent = agent_for(fake, tmp_path)
     with agent.ledger() as ledger:
@@ -141,10 +141,13 @@ def test_recover_abandons_unstored_and_resends_stored(tmp_path):
                            config_digest="0" * 64, cost=PrivacyBudget("1"),
                            cap=PrivacyBudget("10"))
         agent.state.outbox_path("was-stored-000000").write_bytes(b"{}")
+        partial = agent.state.outbox / ".never-stored-0000.json.tmp"
+        partial.write_bytes(b"noisy body")
         rel.recover(agent.state, ledger)
         assert {e.idempotency_key: e.status for e in ledger.entries()} == {
             "never-stored-0000": "abandoned", "was-stored-000000": "stored"}
-        assert ledger.spent() == PrivacyBudget("1")
+        assert ledger.spent() == PrivacyBudget("2")  # the data may have been read: no refund
+        assert not partial.exists()
 
 
 @pytest.mark.parametrize("dense", [True, False])
