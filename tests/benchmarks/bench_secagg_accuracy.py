@@ -1,0 +1,150 @@
+"""Accuracy of federated LSH iTables: independent noise vs secure aggregation (issue 11).
+
+Run from the repository root::
+
+    .venv/bin/python tests/benchmarks/bench_secagg_accuracy.py             # 10 seeds
+    .venv/bin/python tests/benchmarks/bench_secagg_accuracy.py --seeds 3   # quicker
+
+Prints markdown (BENCHMARKS.md, section "Secure aggregation accuracy"). In-process, no
+network: the coordinator's view is modelled exactly.
+
+- independent: every participant releases its exact histogram plus its own full discrete
+  Laplace noise of scale ``m / epsilon`` (OpenDP, ``common.release.add_discrete_laplace``);
+  the merged model carries ``p`` noise draws per cell.
+- secure: the masked sum reveals the sum of the exact histograms plus the sum of the ``p``
+  participants' Pólya shares (``common.noise.sample_noise_share``, the real sampler), each
+  sized for ``h_min = p`` (no tolerated dropouts or colluders), i.e. exactly ONE discrete
+  Laplace of scale ``m / epsilon`` per cell. The masks cancel exactly, so they are left out.
+- non-private: the sum of the exact histograms, m = 100, s = 16.
+
+Each participant scores its own records with the merged model (scoring ``mass``); AUC is the
+mean over participants (with both classes) and seeds. The public bounds are the dataset's
+min/max (standing in for the ranges a study declares). ``m`` and ``s`` "chosen" are
+``common.noise.planning.choose_tables`` from public inputs only (epsilon, mode, p and the
+declared expected records per participant, here ``n / p`` rounded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from common.detectors.lsh_itables import cell_scores  # noqa: E402
+from common.hashing import derive_lsh_family  # noqa: E402
+from common.noise import sample_noise_share  # noqa: E402
+from common.noise.planning import choose_tables  # noqa: E402
+from common.release import add_discrete_laplace  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+DATASETS = ["breastw", "cardio", "thyroid", "pendigits", "shuttle", "satimage-2"]
+PARTICIPANTS = [2, 5, 10, 20]
+EPSILONS = ["1", "0.3", "0.1", "0.03"]
+DEFAULT_M, DEFAULT_S = 100, 16
+
+
+def load(data: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    arrays = np.load(data / f"{name}.npz")
+    return arrays["X"], arrays["y"].astype(int)
+
+
+class Split:
+    """One seed's split of a dataset over ``p`` participants, hashed once per family."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, p: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)  # data split only, not noise
+        self.X, self.y, self.seed = X, y, seed
+        self.parts = np.array_split(rng.permutation(len(X)), p)
+        self._cache: dict[tuple[int, int], tuple[object, np.ndarray, list[np.ndarray]]] = {}
+
+    def hashed(self, m: int, s: int) -> tuple[object, np.ndarray, list[np.ndarray]]:
+        """(family, flat index of every row, exact histogram of each participant)."""
+        if (m, s) not in self._cache:
+            family = derive_lsh_family(self.seed.to_bytes(8, "little"), self.X.min(axis=0),
+                                       self.X.max(axis=0), m, s)
+            flat = family.flat_index(self.X)
+            hists = [np.bincount(flat[part].ravel(), minlength=family.n_cells)
+                     for part in self.parts]
+            self._cache = {(m, s): (family, flat, hists)}
+        return self._cache[(m, s)]
+
+    def auc(self, m: int, s: int, mode: str, epsilon: str) -> float:
+        family, flat, hists = self.hashed(m, s)
+        n_cells = family.n_cells  # type: ignore[attr-defined]
+        merged = np.sum(hists, axis=0).astype(np.int64)
+        p = len(self.parts)
+        if mode == "independent":
+            merged = sum((add_discrete_laplace(h, m, Decimal(epsilon)) for h in hists),
+                         start=np.zeros(n_cells, dtype=np.int64))
+        elif mode == "secure":
+            for _ in range(p):
+                merged += sample_noise_share(n_cells, m, epsilon, p)
+        elif mode != "none":
+            raise ValueError(mode)
+        scores = -np.take(cell_scores(family, merged, "mass"), flat).mean(axis=1)  # type: ignore[arg-type]
+        aucs = [roc_auc_score(self.y[part], scores[part]) for part in self.parts
+                if 0 < self.y[part].sum() < len(part)]
+        return 100 * float(np.mean(aucs))
+
+
+def chosen(mode: str, epsilon: str, p: int, n: int) -> tuple[int, int]:
+    plan = choose_tables(Decimal(epsilon), mode, p, expected_records=round(n / p))
+    return plan.n_tables, plan.sample_size
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--datasets", nargs="+", default=DATASETS)
+    parser.add_argument("--participants", nargs="+", type=int, default=PARTICIPANTS)
+    parser.add_argument("--epsilons", nargs="+", default=EPSILONS)
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args(argv)
+    if not args.data.is_dir():
+        parser.error(f"datasets directory {args.data} not found")
+    start = time.perf_counter()
+    cols = ["indep. m=100", "indep. chosen", "secure chosen", "non-private"]
+    # results[(eps, p)][dataset] = [4 AUCs]
+    results: dict[tuple[str, int], dict[str, list[float]]] = {}
+    picks: dict[tuple[str, int, str], tuple[int, int, int, int]] = {}
+    for name in args.datasets:
+        X, y = load(args.data, name)
+        for p in args.participants:
+            splits = [Split(X, y, p, seed) for seed in range(args.seeds)]
+            for eps in args.epsilons:
+                mi, si = chosen("independent", eps, p, len(X))
+                ms, ss = chosen("secure", eps, p, len(X))
+                picks[(eps, p, name)] = (mi, si, ms, ss)
+                runs = [(DEFAULT_M, DEFAULT_S, "independent"), (mi, si, "independent"),
+                        (ms, ss, "secure"), (DEFAULT_M, DEFAULT_S, "none")]
+                row = [float(np.mean([sp.auc(m, s, mode, eps) for sp in splits]))
+                       for m, s, mode in runs]
+                results.setdefault((eps, p), {})[name] = row
+        print(f"<!-- {name}: done at {time.perf_counter() - start:.0f} s -->", flush=True)
+    print(f"## Secure aggregation accuracy ({args.seeds} seeds)\n")
+    for eps in args.epsilons:
+        print(f"### epsilon = {eps} per participant\n")
+        print("| p | dataset | " + " | ".join(cols) + " | chosen m, s (indep. / secure) |")
+        print("|---|---|" + "---|" * (len(cols) + 1))
+        for p in args.participants:
+            rows = results[(eps, p)]
+            for name, row in rows.items():
+                mi, si, ms, ss = picks[(eps, p, name)]
+                print(f"| {p} | {name} | " + " | ".join(f"{v:.1f}" for v in row)
+                      + f" | {mi}, {si} / {ms}, {ss} |")
+            mean = np.mean(list(rows.values()), axis=0)
+            print(f"| {p} | **mean** | " + " | ".join(f"**{v:.1f}**" for v in mean) + " | |")
+        print()
+    print(f"Total benchmark time: {time.perf_counter() - start:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()
