@@ -28,7 +28,8 @@ AUC saturates at ``Z >= 3`` and collapses below ``Z = 1``. So :func:`choose_tabl
 ``Z >= TARGET_SNR = 3``: the largest table size ``s`` in (16, 8, 4) that still allows at
 least ``GOOD_TABLES = 40`` tables, with ``m = min(100, floor((N epsilon / (3 C sqrt(2k)))^2))``;
 if even ``s = 4`` cannot, ``s = 4`` and ``m`` down to ``MIN_TABLES = 10``.
-:func:`noise_warning` says when the chosen (or a fixed) configuration has ``Z < 1``.
+:func:`noise_warning` says when the chosen (or a fixed) configuration has ``Z < 3``, and
+that noise dominates when ``Z < 1``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import functools
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, Protocol
 
 Mode = Literal["independent", "secure"]
 
@@ -143,20 +144,75 @@ def choose_tables(epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
 def noise_warning(epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
                   expected_records: int, n_tables: int, sample_size: int,
                   h_min: int = 0) -> str | None:
-    """A sentence for the administrator when the configuration is dominated by noise
-    (score SNR < 1), else ``None``. Public inputs only."""
+    """A sentence for the administrator when noise will dominate (score SNR < 1) or cost
+    accuracy (SNR < ``TARGET_SNR``), else ``None``. Public inputs only."""
     snr = score_snr(epsilon, mode, cohort_size, expected_records, n_tables, sample_size, h_min)
-    if snr >= NOISE_DOMINATED_SNR:
+    if snr >= TARGET_SNR:
         return None
     k = noise_draws(mode, cohort_size, h_min)
-    hint = ("secure aggregation (one noise draw instead of "
-            f"{cohort_size})" if mode == "independent" and cohort_size >= 3 else
-            "a larger epsilon or more records")
+    hint = (f"secure aggregation (one noise draw instead of {cohort_size})"
+            if mode == "independent" and cohort_size >= 3 else "a larger epsilon")
+    verdict = ("the model will be dominated by noise (expect near-random scores)"
+               if snr < NOISE_DOMINATED_SNR else "noise will cost accuracy")
     return (
-        f"the model will be dominated by noise: with {cohort_size} participants of about "
-        f"{expected_records} records, epsilon {epsilon}, mode {mode} ({k:g} noise draws per "
-        f"cell), {n_tables} tables of about {expected_cells(sample_size):.0f} cells, the "
-        f"score signal-to-noise ratio is {snr:.2f} (< {NOISE_DOMINATED_SNR:g}; "
-        f"{TARGET_SNR:g} is needed for full accuracy). Expect near-random scores; use fewer "
-        f"tables, smaller tables or {hint}."
+        f"{verdict}: with {cohort_size} participants of about {expected_records} records, "
+        f"epsilon {epsilon}, mode {mode} ({k:g} noise draws per cell) and {n_tables} tables "
+        f"of about {expected_cells(sample_size):.0f} cells, the score signal-to-noise ratio "
+        f"is {snr:.2f} (below {NOISE_DOMINATED_SNR:g} noise dominates; {TARGET_SNR:g} gives "
+        f"full accuracy). Use fewer or smaller tables (leave n_tables and sample_size unset "
+        f"to have them chosen), more records or {hint}."
     )
+
+
+class _Cohort(Protocol):
+    mode: Mode
+    cohort_size: int | None
+    expected_records: int | None
+
+    @property
+    def h_min(self) -> int: ...
+
+
+def _declared(aggregation: _Cohort | None) -> tuple[Mode, int, int, int] | None:
+    if aggregation is None or aggregation.cohort_size is None:
+        return None
+    if aggregation.expected_records is None:
+        return None
+    h = aggregation.h_min if aggregation.mode == "secure" else 0
+    return aggregation.mode, aggregation.cohort_size, aggregation.expected_records, h
+
+
+def plan_lsh_tables(epsilon: Decimal | str | int, aggregation: _Cohort | None,
+                    n_tables: int | None, sample_size: int | None) -> tuple[int, int]:
+    """``(n_tables, sample_size)`` for ``study create``: the administrator's values where
+    given; the rest from :func:`choose_tables` when the cohort size and expected records
+    per participant are declared (``common.noise.AggregationParams``), else 100 and 16."""
+    declared = _declared(aggregation)
+    if declared is None or (n_tables is not None and sample_size is not None):
+        return n_tables or MAX_TABLES, sample_size or SIZES[0]
+    mode, cohort, records, h = declared
+    if sample_size is not None:  # size fixed: the most tables that keep the target SNR
+        z1 = score_snr(epsilon, mode, cohort, records, 1, sample_size, h)
+        m = max(MIN_TABLES, min(MAX_TABLES, math.floor((z1 / TARGET_SNR) ** 2)))
+        return n_tables or m, sample_size
+    plan = choose_tables(epsilon, mode, cohort, records, h)
+    return n_tables or plan.n_tables, plan.sample_size
+
+
+def study_noise_warning(epsilon: Decimal | str | int, aggregation: _Cohort | None,
+                        n_tables: int, sample_size: int) -> str | None:
+    """:func:`noise_warning` for a study, or ``None`` when the cohort size or the expected
+    records are not declared (nothing public to judge by)."""
+    declared = _declared(aggregation)
+    if declared is None:
+        return None
+    mode, cohort, records, h = declared
+    return noise_warning(epsilon, mode, cohort, records, n_tables, sample_size, h)
+
+
+def config_noise_warning(config: object, aggregation: _Cohort | None = None) -> str | None:
+    """:func:`study_noise_warning` of a ``StudyConfig`` (its ``aggregation`` field, or the one
+    given, e.g. from the create request), read from the public config only."""
+    cohort = aggregation if aggregation is not None else getattr(config, "aggregation", None)
+    lsh, privacy = getattr(config, "lsh"), getattr(config, "privacy")  # noqa: B009
+    return study_noise_warning(privacy.epsilon_lsh, cohort, lsh.n_tables, lsh.sample_size)
