@@ -100,6 +100,31 @@ def chosen(mode: str, epsilon: str, p: int, n: int) -> tuple[int, int]:
     return plan.n_tables, plan.sample_size
 
 
+def sampler_speed(repeats: int = 5) -> None:
+    """Time of one participant's noise for a release: m = 100 tables (s = 16), n = 20, next to
+    OpenDP's full discrete Laplace on the same cells (the independent mode's noise)."""
+    family = derive_lsh_family(b"speed", [0.0] * 9, [1.0] * 9, DEFAULT_M, DEFAULT_S)
+    cells = family.n_cells
+    zeros = np.zeros(cells, dtype=np.int64)
+
+    def best(fn: object) -> float:
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()  # type: ignore[operator]
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    print("### Noise sampling cost per release (best of 5, one core)\n")
+    print("| cells | Pólya share (h_min = 20, epsilon = 0.1) | Pólya share, 3200 cells, epsilon"
+          " = 0.03 | OpenDP discrete Laplace (independent mode) |")
+    print("|---|---|---|---|")
+    share = best(lambda: sample_noise_share(cells, DEFAULT_M, "0.1", 20))
+    big = best(lambda: sample_noise_share(3200, DEFAULT_M, "0.03", 20))
+    full = best(lambda: add_discrete_laplace(zeros, DEFAULT_M, Decimal("0.1")))
+    print(f"| {cells} | {1000 * share:.1f} ms | {1000 * big:.1f} ms | {1000 * full:.1f} ms |\n")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
@@ -107,10 +132,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--participants", nargs="+", type=int, default=PARTICIPANTS)
     parser.add_argument("--epsilons", nargs="+", default=EPSILONS)
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--speed", action="store_true", help="only time the noise samplers")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         parser.error(f"datasets directory {args.data} not found")
     start = time.perf_counter()
+    if args.speed:
+        sampler_speed()
+        return
     cols = ["indep. m=100", "indep. chosen", "secure chosen", "non-private"]
     # results[(eps, p)][dataset] = [4 AUCs]
     results: dict[tuple[str, int], dict[str, list[float]]] = {}
