@@ -24,8 +24,9 @@ with independent noise, and its ledger is charged ``epsilon`` per release
 (:func:`charged_epsilon`). Not protected: more than ``t`` colluders, or a coordinator that
 deviates from the protocol beyond what the participants verify (signed roster of the signed
 cohort size). With fewer than ``h_min`` honest shares the noise is ``NB(k/h_min)`` differences
-and the guarantee degrades sharply; that case is outside the stated assumption and is not
-charged.
+and the guarantee degrades sharply (m = 100, epsilon = 0.1, h_min = 10: 5 honest shares
+give a pure-DP bound of about 25 per release, 1 share about 220; computed numerically from the
+exact pmf ratios); that case is outside the stated assumption and is not charged.
 
 Independent mode (one or two participants, contributions at any time): every participant
 adds a full discrete Laplace (``h_min = 1``); nothing is assumed about other participants.
