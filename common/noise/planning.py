@@ -194,9 +194,14 @@ def plan_lsh_tables(epsilon: Decimal | str | int, aggregation: _Cohort | None,
     if sample_size is not None:  # size fixed: the most tables that keep the target SNR
         z1 = score_snr(epsilon, mode, cohort, records, 1, sample_size, h)
         m = max(MIN_TABLES, min(MAX_TABLES, math.floor((z1 / TARGET_SNR) ** 2)))
-        return n_tables or m, sample_size
+        return m, sample_size
+    if n_tables is not None:  # count fixed: the largest size that keeps the target SNR
+        for size in SIZES:
+            if score_snr(epsilon, mode, cohort, records, n_tables, size, h) >= TARGET_SNR:
+                return n_tables, size
+        return n_tables, SIZES[-1]
     plan = choose_tables(epsilon, mode, cohort, records, h)
-    return n_tables or plan.n_tables, plan.sample_size
+    return plan.n_tables, plan.sample_size
 
 
 def study_noise_warning(epsilon: Decimal | str | int, aggregation: _Cohort | None,

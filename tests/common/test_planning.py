@@ -167,7 +167,8 @@ def test_plan_lsh_tables_respects_fixed_values() -> None:
     chosen = choose_tables("0.1", "secure", 10, 300, agg.h_min)
     assert plan_lsh_tables("0.1", agg, None, None) == (chosen.n_tables, chosen.sample_size)
     assert plan_lsh_tables("0.1", agg, 70, 8) == (70, 8)
-    assert plan_lsh_tables("0.1", agg, 70, None)[0] == 70
+    assert plan_lsh_tables("0.1", agg, 70, None) == (70, 8)  # 70 tables: s = 16 too noisy
+    assert plan_lsh_tables("0.1", agg, 10, None) == (10, 16)
     m, s = plan_lsh_tables("0.1", agg, None, 16)
     assert s == 16 and MIN_TABLES <= m <= MAX_TABLES
     assert plan_lsh_tables("0.1", None, None, None) == (100, 16)
