@@ -23,10 +23,12 @@ by ``sqrt(m)``:
     score SNR      Z = sqrt(m) z = N epsilon / (C sqrt(2 k m))
 
 Fewer tables and fewer cells raise ``Z``; more tables make a better ensemble and more cells a
-finer model. Measured on six ODDS datasets (BENCHMARKS.md, "Secure aggregation accuracy")
-AUC saturates at ``Z >= 3`` and collapses below ``Z = 1``. So :func:`choose_tables` keeps
-``Z >= TARGET_SNR = 3``: the largest table size ``s`` in (16, 8, 4) that still allows at
-least ``GOOD_TABLES = 40`` tables, with ``m = min(100, floor((N epsilon / (3 C sqrt(2k)))^2))``;
+finer model. Measured on six ODDS datasets (BENCHMARKS.md, "Secure aggregation accuracy",
+the ``--sweep`` table: AUC of a grid of ``(m, s)`` under five noise levels, binned by ``Z``)
+AUC reaches its plateau from ``Z = 2-3`` and falls to 56-87 below ``Z = 1``. So
+:func:`choose_tables` keeps ``Z >= TARGET_SNR = 3``: the largest table size ``s`` in
+(16, 8, 4) that still allows at least ``GOOD_TABLES = 40`` tables, with
+``m = min(100, floor((N epsilon / (3 C sqrt(2k)))^2))``;
 if even ``s = 4`` cannot, ``s = 4`` and ``m`` down to ``MIN_TABLES = 10``.
 :func:`noise_warning` says when the chosen (or a fixed) configuration has ``Z < 3``, and
 that noise dominates when ``Z < 1``.

@@ -4,6 +4,8 @@ Run from the repository root::
 
     .venv/bin/python tests/benchmarks/bench_secagg_accuracy.py             # 10 seeds
     .venv/bin/python tests/benchmarks/bench_secagg_accuracy.py --seeds 3   # quicker
+    .venv/bin/python tests/benchmarks/bench_secagg_accuracy.py --sweep     # the rule's evidence
+    .venv/bin/python tests/benchmarks/bench_secagg_accuracy.py --speed     # sampler cost
 
 Prints markdown (BENCHMARKS.md, section "Secure aggregation accuracy"). In-process, no
 network: the coordinator's view is modelled exactly.
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common.detectors.lsh_itables import cell_scores  # noqa: E402
 from common.hashing import derive_lsh_family  # noqa: E402
 from common.noise import sample_noise_share  # noqa: E402
-from common.noise.planning import choose_tables  # noqa: E402
+from common.noise.planning import choose_tables, score_snr  # noqa: E402
 from common.release import add_discrete_laplace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
@@ -100,6 +102,38 @@ def chosen(mode: str, epsilon: str, p: int, n: int) -> tuple[int, int]:
     return plan.n_tables, plan.sample_size
 
 
+SWEEP = [("1", 10, "independent"), ("0.1", 10, "independent"), ("0.1", 10, "secure"),
+         ("0.03", 20, "independent"), ("0.03", 2, "secure")]
+Z_BINS = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf")]
+
+
+def sweep(data: Path, names: Sequence[str], seeds: int) -> None:
+    """The evidence for the rule: AUC of every (m, s) in a grid under several noise levels,
+    grouped by the score SNR Z the planner computes for it."""
+    grid = [(m, s) for m in (10, 20, 40, 100) for s in (4, 8, 16)]
+    by_bin: dict[str, dict[int, list[float]]] = {}
+    for name in names:
+        X, y = load(data, name)
+        for eps, p, mode in SWEEP:
+            splits = [Split(X, y, p, 100 + seed) for seed in range(seeds)]
+            for m, s in grid:
+                z = score_snr(eps, mode, p, round(len(X) / p), m, s)  # type: ignore[arg-type]
+                b = int(np.searchsorted(Z_BINS, z, side="right")) - 1
+                auc = float(np.mean([sp.auc(m, s, mode, eps) for sp in splits]))
+                by_bin.setdefault(name, {}).setdefault(b, []).append(auc)
+        print(f"<!-- sweep {name}: done -->", flush=True)
+    print(f"### Sweep: AUC by score SNR Z ({seeds} seeds; m in 10, 20, 40, 100; s in 4, 8, 16;"
+          " settings " + ", ".join(f"{e}/{p}/{mo}" for e, p, mo in SWEEP) + ")\n")
+    labels = [f"{lo:g}-{hi:g}" for lo, hi in zip(Z_BINS, Z_BINS[1:], strict=False)]
+    print("| dataset | " + " | ".join(f"Z {lab}" for lab in labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    for name, bins in by_bin.items():
+        cells = [f"{np.mean(bins[b]):.1f} ({len(bins[b])})" if b in bins else "" for b in
+                 range(len(labels))]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print()
+
+
 def sampler_speed(repeats: int = 5) -> None:
     """Time of one participant's noise for a release: m = 100 tables (s = 16), n = 20, next to
     OpenDP's full discrete Laplace on the same cells (the independent mode's noise)."""
@@ -133,12 +167,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--epsilons", nargs="+", default=EPSILONS)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--speed", action="store_true", help="only time the noise samplers")
+    parser.add_argument("--sweep", action="store_true",
+                        help="only the (m, s) sweep grouped by score SNR (at most 2 seeds)")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         parser.error(f"datasets directory {args.data} not found")
     start = time.perf_counter()
     if args.speed:
         sampler_speed()
+        return
+    if args.sweep:
+        sweep(args.data, args.datasets, min(args.seeds, 2))
         return
     cols = ["indep. m=100", "indep. chosen", "secure chosen", "non-private"]
     # results[(eps, p)][dataset] = [4 AUCs]
