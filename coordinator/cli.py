@@ -96,13 +96,14 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
 
 def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
     from common.spec import load_study_spec
-    from coordinator.services.studies import create_study, study_public
+    from coordinator.services.studies import create_study, study_config, study_public
 
     body = load_study_spec(Path(args.spec).read_text())
     keys = _keys(settings, existing=True)
     with _session(settings) as session:
         study = create_study(session, keys, body)
         _print(study_public(session, study))
+        _warn_noise(body, study_config(study))
     return EXIT_OK
 
 
@@ -137,6 +138,14 @@ def cmd_study_template(args: argparse.Namespace, settings: Any) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+def _warn_noise(body: Any, config: Any) -> None:
+    """Print, from public inputs only, when the study's model will be dominated by noise."""
+    from common.noise.planning import config_noise_warning
+
+    warning = config_noise_warning(config, getattr(body, "aggregation", None))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def cmd_study_list(args: argparse.Namespace, settings: Any) -> int:

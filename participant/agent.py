@@ -14,6 +14,7 @@ a send slot that does not depend on the data; a stored release is re-sent unchan
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import ConfigError, SignatureInvalid
+from common.noise.planning import config_noise_warning
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
 from participant import policy
 from participant.client import CoordinatorClient
@@ -38,6 +40,8 @@ from participant.state import (
     check_study_id,
     write_private,
 )
+
+log = logging.getLogger("fedod.participant")
 
 if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
     from participant.contribute import SendResult
@@ -184,6 +188,9 @@ class Agent:
                 raise ConfigError(f"asked for study {study!r}, got a config for "
                                   f"{config.study_id!r}")
             ledger.see_config(study, config.version)
+        warning = config_noise_warning(config)
+        if warning:
+            log.warning("study %s: %s", study, warning)
         write_private(self.state.study_dir(study) / "config.json", text.encode())
         return config, signed
 
