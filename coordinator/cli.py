@@ -139,6 +139,7 @@ def cmd_study_template(args: argparse.Namespace, settings: Any) -> int:
         )
     return EXIT_OK
 
+
 def _warn_noise(body: Any, config: Any) -> None:
     """Print, from public inputs only, when the study's model will be dominated by noise."""
     from common.noise.planning import config_noise_warning
