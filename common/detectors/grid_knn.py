@@ -32,34 +32,60 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from common.cellkeys import as_keys, ints_from_keys, keys_from_ints
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.grid import GridSpec
 from common.release import add_discrete_laplace
 
 Counts = NDArray[np.integer[Any]] | Mapping[int, int] | tuple[ArrayLike, ArrayLike]
 _MAX_BLOCK = 4_000_000
+_CELL_BLOCK = 4096
 
 
 def _sparse(spec: GridSpec, counts: Counts) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Non-empty cells and their counts (clamped at 0, zeros dropped)."""
+    """Keys ``(K, W)`` of the cells with a positive count and their counts (clamped at 0)."""
+    words = spec.key_words
     if isinstance(counts, Mapping):
-        idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        idx = keys_from_ints((int(c) for c in counts.keys()), words)
         val = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
     elif isinstance(counts, tuple):
-        idx = np.asarray(counts[0], dtype=np.int64).ravel()
+        idx = as_keys(counts[0], words)
         val = np.asarray(counts[1], dtype=np.int64).ravel()
     else:
         dense = np.asarray(counts)
-        if dense.ndim != 1 or dense.shape[0] != spec.n_cells:
+        if words != 1 or dense.ndim != 1 or dense.shape[0] != spec.n_cells:
             raise ValueError(f"dense counts must have shape ({spec.n_cells},), got {dense.shape}")
         val = dense.astype(np.int64)
-        idx = np.arange(spec.n_cells, dtype=np.int64)
-    if idx.shape != val.shape:
-        raise ValueError("cell indices and counts differ in length")
-    if idx.size and (idx.min() < 0 or idx.max() >= spec.n_cells):
-        raise ValueError(f"cell indices must lie in [0, {spec.n_cells})")
+        idx = np.arange(spec.n_cells, dtype=np.int64).reshape(-1, 1)
+    if idx.shape != (val.size, words):
+        raise ValueError(f"expected {val.size} cell keys of {words} word(s), got {idx.shape}")
     keep = val > 0
-    return idx[keep], val[keep]
+    idx, val = idx[keep], val[keep]
+    if idx.size:
+        top = int(idx.max()) if words == 1 else max(ints_from_keys(idx))
+        if idx.min() < 0 or top >= spec.n_cells:
+            raise ValueError(f"cell indices must lie in [0, {spec.n_cells})")
+    return idx, val
+
+
+def _l1(q: NDArray[np.int64], c: NDArray[np.int64], bins: int) -> NDArray[np.int32]:
+    """L1 distances ``(len(q), len(c))`` between cell coordinates.
+
+    With many dimensions and few bins, ``|a - b| = sum_t |[a > t] - [b > t]|`` turns the
+    distance into a Hamming distance of thermometer codes, ``|A| + |B| - 2 A.B``: one float32
+    matrix product (exact: every sum stays below 2**24).
+    """
+    dims = q.shape[1]
+    if dims > 8 and dims * (bins - 1) < 2**24:
+        levels = np.arange(bins - 1)
+        qa = (q[:, :, None] > levels).reshape(q.shape[0], -1).astype(np.float32)
+        ca = (c[:, :, None] > levels).reshape(c.shape[0], -1).astype(np.float32)
+        d = qa.sum(axis=1)[:, None] + ca.sum(axis=1)[None, :] - 2 * (qa @ ca.T)
+        return np.rint(d).astype(np.int32)
+    dist = np.zeros((q.shape[0], c.shape[0]), dtype=np.int32)
+    for i in range(dims):
+        dist += np.abs(q[:, i, None].astype(np.int32) - c[None, :, i].astype(np.int32))
+    return dist
 
 
 def knn_grid_scores(
@@ -70,37 +96,41 @@ def knn_grid_scores(
     k: int,
     max_depth: int,
     weighted: bool,
+    bins: int | None = None,
 ) -> NDArray[np.float64]:
     """Algorithm 1 scores of query cell coordinates ``(n, d_g)`` against ``cells`` ``(K, d_g)``.
 
-    ``counts`` are the (clamped, positive) counts of ``cells``. Vectorised in query blocks.
+    ``counts`` are the (clamped, positive) counts of ``cells``. Scans the occupied cells in
+    blocks of queries and cells, so memory stays bounded whatever ``n``, ``K`` and ``d_g``;
+    ``bins`` (the largest coordinate + 1) enables the matrix-product distance for many dims.
     """
-    n, dims = query.shape
+    n = query.shape[0]
     n_depth = max_depth + 2  # distances 0..max_depth, plus "further"
     out = np.full(n, float(max_depth + 1))
     if cells.shape[0] == 0 or n == 0:
         return out
-    q = query.astype(np.int32)
-    c = cells.astype(np.int32)
+    n_bins = bins or int(max(query.max(), cells.max())) + 1
     weights = counts.astype(np.float64)
-    block = max(1, _MAX_BLOCK // max(1, cells.shape[0]))
+    cell_block = min(cells.shape[0], _CELL_BLOCK)
+    block = max(1, _MAX_BLOCK // cell_block)
     depth = np.arange(n_depth - 1, dtype=np.float64)
     for start in range(0, n, block):
-        qb = q[start:start + block]
-        dist = np.zeros((qb.shape[0], c.shape[0]), dtype=np.int32)
-        for i in range(dims):
-            dist += np.abs(qb[:, i, None] - c[None, :, i])
-        np.minimum(dist, max_depth + 1, out=dist)
+        qb = query[start:start + block]
         rows = np.arange(qb.shape[0], dtype=np.int64)[:, None] * n_depth
-        per_depth = np.bincount(
-            (rows + dist).ravel(),
-            weights=np.broadcast_to(weights, dist.shape).ravel(),
-            minlength=qb.shape[0] * n_depth,
-        ).reshape(qb.shape[0], n_depth)[:, :-1]
-        cum = np.cumsum(per_depth, axis=1)
+        per_depth = np.zeros(qb.shape[0] * n_depth)
+        for cstart in range(0, cells.shape[0], cell_block):
+            dist = _l1(qb, cells[cstart:cstart + cell_block], n_bins)
+            np.minimum(dist, max_depth + 1, out=dist)
+            per_depth += np.bincount(
+                (rows + dist).ravel(),
+                weights=np.broadcast_to(weights[cstart:cstart + cell_block], dist.shape).ravel(),
+                minlength=qb.shape[0] * n_depth,
+            )
+        counts_at = per_depth.reshape(qb.shape[0], n_depth)[:, :-1]
+        cum = np.cumsum(counts_at, axis=1)
         if weighted:
-            before = cum - per_depth
-            taken = np.clip(k - before, 0.0, per_depth)
+            before = cum - counts_at
+            taken = np.clip(k - before, 0.0, counts_at)
             missing = k - taken.sum(axis=1)
             out[start:start + block] = (taken @ depth + missing * (max_depth + 1)) / k
         else:
@@ -240,13 +270,15 @@ class GridKNN(BaseDetector):
         self.spec_ = spec
         self.cells_ = cells
         self.cell_counts_ = values
-        self.cell_coords_ = spec.coords_of(cells)
+        coords = spec.coords_of(cells)
+        self.cell_coords_ = coords.astype(np.uint8 if spec.bins <= 256 else np.uint16)
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
-        cells, inverse = np.unique(self.spec_.cell_index(as_matrix(X)), return_inverse=True)
-        scores = knn_grid_scores(self.spec_.coords_of(cells), self.cell_coords_, self.cell_counts_,
-                                 k=self.k, max_depth=self.max_depth, weighted=self.weighted)
-        return scores[inverse.ravel()]
+        cells, _, inverse = self.spec_.unique_coords(as_matrix(X))
+        scores = knn_grid_scores(cells, self.cell_coords_, self.cell_counts_, k=self.k,
+                                 max_depth=self.max_depth, weighted=self.weighted,
+                                 bins=self.spec_.bins)
+        return scores[inverse]
