@@ -25,6 +25,7 @@ through ``GridKNN.from_counts``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Self
@@ -34,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from common.cellkeys import as_keys, ints_from_keys, keys_from_ints
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
-from common.grid import GridSpec
+from common.grid import GridSpec, derive_projection
 from common.release import add_discrete_laplace
 
 Counts = NDArray[np.integer[Any]] | Mapping[int, int] | tuple[ArrayLike, ArrayLike]
@@ -158,6 +159,12 @@ class GridKNN(BaseDetector):
         Public bounds; required when ``epsilon`` is set, else the data's min/max (local only).
     features : tuple of int, optional
         Columns the grid uses (all when ``None``).
+    projection : int, optional
+        Build the grid over this many random ``+-1`` projections of the used features
+        (``common.grid.derive_projection``), derived from ``seed``, never from the data.
+    seed : bytes or hex str, optional
+        Public seed of the projection (a study's ``lsh.seed``); ``None`` derives one from
+        ``random_state``.
     epsilon : Decimal | int | str, optional
         Privacy budget of a dense release (noise scale ``1 / epsilon``); ``None``: exact.
     cell_limit : int
@@ -184,6 +191,8 @@ class GridKNN(BaseDetector):
         lo: ArrayLike | None = None,
         hi: ArrayLike | None = None,
         features: tuple[int, ...] | None = None,
+        projection: int | None = None,
+        seed: bytes | str | None = None,
         epsilon: Decimal | int | str | None = None,
         cell_limit: int = 1_000_000,
         contamination: float = 0.1,
@@ -197,6 +206,8 @@ class GridKNN(BaseDetector):
         self.lo = lo
         self.hi = hi
         self.features = features
+        self.projection = projection
+        self.seed = seed
         self.epsilon = epsilon
         self.cell_limit = cell_limit
         self.random_state = random_state
@@ -208,6 +219,16 @@ class GridKNN(BaseDetector):
         if self.max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
 
+    def _projection(self, d: int) -> NDArray[np.float64] | None:
+        if self.projection is None:
+            return None
+        if self.seed is None:
+            seed = hashlib.sha256(f"fedod-grid-knn/{self.random_state or 0}".encode()).digest()
+        else:
+            seed = bytes.fromhex(self.seed) if isinstance(self.seed, str) else self.seed
+        d_used = d if self.features is None else len(self.features)
+        return derive_projection(seed, d_used, int(self.projection))
+
     def _spec(self, X: NDArray[np.float64]) -> GridSpec:
         if self.lo is None or self.hi is None:
             if self.epsilon is not None:
@@ -217,8 +238,9 @@ class GridKNN(BaseDetector):
                 )
             lo = X.min(axis=0)
             hi = np.where(X.max(axis=0) > lo, X.max(axis=0), lo + 1.0)
-            return GridSpec(lo, hi, self.bins, self.features)
-        return GridSpec(self.lo, self.hi, self.bins, self.features)
+        else:
+            lo, hi = np.asarray(self.lo), np.asarray(self.hi)
+        return GridSpec(lo, hi, self.bins, self.features, self._projection(X.shape[1]))
 
     def fit(self, X: ArrayLike, y: Any = None) -> Self:
         """Count ``X`` in the grid (noised when private); returns ``self``."""
