@@ -4,10 +4,10 @@ Dense vectors send every cell; sparse ones (a thresholded grid) send the sorted 
 followed by the values. A key is ``W = key_words(n_cells)`` ``<i8`` words, most significant
 first (:mod:`common.cellkeys`): for grids of at most ``2**63`` cells ``W = 1`` and a key is
 the plain ``<i8`` cell index, so the format of small grids is unchanged; wider grids (up to
-``2**8064`` cells, e.g. 4 bins over 784 features) just have longer keys. The SHA-256 digest covers the *decompressed* bytes. Decoding is
-defensive: it bounds the base64 text and the decompressed size before doing any work (no
-zip bombs), and every failure is a :class:`~common.errors.PayloadInvalid` that says what is
-wrong.
+``2**8064`` cells, e.g. 4 bins over 784 features) just have longer keys. The SHA-256
+digest covers the *decompressed* bytes. Decoding is defensive: it bounds the base64 text
+and the decompressed size before doing any work (no zip bombs), and every failure is a
+:class:`~common.errors.PayloadInvalid` that says what is wrong.
 """
 
 from __future__ import annotations

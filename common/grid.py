@@ -52,7 +52,8 @@ def derive_projection(seed: bytes, d: int, p: int) -> NDArray[np.float64]:
     stream = b"".join(hashlib.sha256(key + t.to_bytes(8, "little")).digest()
                       for t in range(n_blocks))
     bits = np.unpackbits(np.frombuffer(stream, dtype=np.uint8), bitorder="little")[: d * p]
-    return (bits.astype(np.float64) * 2.0 - 1.0).reshape(p, d) / np.sqrt(d)
+    signs: NDArray[np.float64] = (bits.astype(np.float64) * 2.0 - 1.0).reshape(p, d)
+    return signs * (1.0 / float(np.sqrt(d)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +116,7 @@ class GridSpec:
     @property
     def n_cells(self) -> int:
         """``bins ** d_g`` (a Python int, possibly far beyond 64 bits)."""
-        return int(self.bins) ** self.n_dims
+        return int(int(self.bins) ** self.n_dims)
 
     @property
     def key_words(self) -> int:

@@ -47,7 +47,7 @@ def _sparse(spec: GridSpec, counts: Counts) -> tuple[NDArray[np.int64], NDArray[
     """Keys ``(K, W)`` of the cells with a positive count and their counts (clamped at 0)."""
     words = spec.key_words
     if isinstance(counts, Mapping):
-        idx = keys_from_ints((int(c) for c in counts.keys()), words)
+        idx = keys_from_ints((int(c) for c in counts), words)
         val = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
     elif isinstance(counts, tuple):
         idx = as_keys(counts[0], words)
@@ -69,7 +69,7 @@ def _sparse(spec: GridSpec, counts: Counts) -> tuple[NDArray[np.int64], NDArray[
     return idx, val
 
 
-def _l1(q: NDArray[np.int64], c: NDArray[np.int64], bins: int) -> NDArray[np.int32]:
+def _l1(q: NDArray[np.integer[Any]], c: NDArray[np.integer[Any]], bins: int) -> NDArray[np.int32]:
     """L1 distances ``(len(q), len(c))`` between cell coordinates.
 
     With many dimensions and few bins, ``|a - b| = sum_t |[a > t] - [b > t]|`` turns the
@@ -82,7 +82,8 @@ def _l1(q: NDArray[np.int64], c: NDArray[np.int64], bins: int) -> NDArray[np.int
         qa = (q[:, :, None] > levels).reshape(q.shape[0], -1).astype(np.float32)
         ca = (c[:, :, None] > levels).reshape(c.shape[0], -1).astype(np.float32)
         d = qa.sum(axis=1)[:, None] + ca.sum(axis=1)[None, :] - 2 * (qa @ ca.T)
-        return np.rint(d).astype(np.int32)
+        out: NDArray[np.int32] = np.rint(d).astype(np.int32)
+        return out
     dist = np.zeros((q.shape[0], c.shape[0]), dtype=np.int32)
     for i in range(dims):
         dist += np.abs(q[:, i, None].astype(np.int32) - c[None, :, i].astype(np.int32))
@@ -90,8 +91,8 @@ def _l1(q: NDArray[np.int64], c: NDArray[np.int64], bins: int) -> NDArray[np.int
 
 
 def knn_grid_scores(
-    query: NDArray[np.int64],
-    cells: NDArray[np.int64],
+    query: NDArray[np.integer[Any]],
+    cells: NDArray[np.integer[Any]],
     counts: NDArray[np.int64],
     *,
     k: int,
@@ -293,7 +294,8 @@ class GridKNN(BaseDetector):
         self.cells_ = cells
         self.cell_counts_ = values
         coords = spec.coords_of(cells)
-        self.cell_coords_ = coords.astype(np.uint8 if spec.bins <= 256 else np.uint16)
+        small: NDArray[np.integer[Any]] = coords.astype(np.uint8 if spec.bins <= 256 else np.uint16)
+        self.cell_coords_ = small
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""

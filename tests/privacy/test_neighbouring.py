@@ -61,7 +61,8 @@ def test_one_record_moves_one_cell_per_table_and_one_grid_cell(
         rest = np.delete(real_data, i, axis=0)
         diff = full_lsh - family.histogram(rest)
         assert diff.min() == 0 and diff.sum() == family.n_tables
-        assert all(diff[a:b].sum() == 1 for a, b in zip(family.offsets[:-1], family.offsets[1:]))
+        assert all(diff[a:b].sum() == 1 for a, b in
+                   zip(family.offsets[:-1], family.offsets[1:], strict=True))
         assert np.abs(full_grid - dense.dense_counts(rest)).sum() == 1
         rest_wide = wide.counts(np.hstack([rest, rest]))
         changed = {c: full_wide[c] - rest_wide.get(c, 0) for c in full_wide}
