@@ -16,11 +16,11 @@ Noisy counts are clamped at 0 before the walk. Instead of enumerating the ``~(2d
 neighbour cells, scoring scans the released non-empty cells with vectorised L1 distances,
 which gives the same scores; rows sharing a cell are scored once.
 
-Private mode (``epsilon`` set, standalone ``fit``): every cell of the dense grid gets discrete
-Laplace noise of scale ``1 / epsilon`` (sensitivity 1, OpenDP via
-``common.release.add_discrete_laplace``); only grids of at most ``cell_limit`` cells. Sparse,
-thresholded releases of larger grids are ``common.release.release_grid``'s job and enter here
-through ``GridKNN.from_counts``.
+Private mode (``epsilon`` set, standalone ``fit``) releases the counts with
+``common.release.release_grid`` (sensitivity 1): up to ``cell_limit`` cells every cell of the
+dense grid gets discrete Laplace noise of scale ``1 / epsilon`` (pure epsilon-DP); a larger
+grid (e.g. the default 4 bins over many features) is released sparsely with the thresholded
+mechanism and needs ``delta`` > 0. Merged releases enter through ``GridKNN.from_counts``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from common.cellkeys import as_keys, ints_from_keys, keys_from_ints
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.grid import GridSpec, derive_projection
-from common.release import add_discrete_laplace
+from common.release import release_grid
 
 Counts = NDArray[np.integer[Any]] | Mapping[int, int] | tuple[ArrayLike, ArrayLike]
 _MAX_BLOCK = 4_000_000
@@ -167,9 +167,11 @@ class GridKNN(BaseDetector):
         Public seed of the projection (a study's ``lsh.seed``); ``None`` derives one from
         ``random_state``.
     epsilon : Decimal | int | str, optional
-        Privacy budget of a dense release (noise scale ``1 / epsilon``); ``None``: exact.
+        Privacy budget of the release (noise scale ``1 / epsilon``); ``None``: exact counts.
+    delta : Decimal | str, optional
+        Delta of a sparse release (grids of more than ``cell_limit`` cells); 0/None: dense only.
     cell_limit : int
-        Largest grid released densely; a larger private grid is refused here.
+        Largest grid released densely.
     contamination : float
     random_state : int, optional
         Accepted for the PyOD contract; the noise comes from OpenDP's secure source.
@@ -195,6 +197,7 @@ class GridKNN(BaseDetector):
         projection: int | None = None,
         seed: bytes | str | None = None,
         epsilon: Decimal | int | str | None = None,
+        delta: Decimal | str | None = None,
         cell_limit: int = 1_000_000,
         contamination: float = 0.1,
         random_state: int | None = None,
@@ -210,6 +213,7 @@ class GridKNN(BaseDetector):
         self.projection = projection
         self.seed = seed
         self.epsilon = epsilon
+        self.delta = delta
         self.cell_limit = cell_limit
         self.random_state = random_state
 
@@ -252,13 +256,15 @@ class GridKNN(BaseDetector):
         if self.epsilon is None:
             counts = spec.occupied(arr)
         else:
-            if spec.n_cells > self.cell_limit:
+            sparse = spec.n_cells > self.cell_limit
+            if sparse and not self.delta:
                 raise ValueError(
-                    f"grid has {spec.n_cells} cells > cell_limit {self.cell_limit}; a sparse"
-                    " release needs the thresholded mechanism (common.release.release_grid),"
-                    " then GridKNN.from_counts"
+                    f"grid has {spec.n_cells} cells > cell_limit {self.cell_limit}, so it is"
+                    " released sparsely (thresholded) and needs delta > 0, e.g. '1e-6'"
                 )
-            counts = add_discrete_laplace(spec.dense_counts(arr), 1, self.epsilon)
+            out = release_grid(spec, arr, self.epsilon, self.delta if sparse else 0,
+                               self.cell_limit)
+            counts = out.values if out.indices is None else (out.indices, out.values)
         self._set_model(spec, counts)
         self._calibrate_later(arr)
         return self

@@ -140,3 +140,13 @@ def test_grid_knn_defaults_work_on_64_features() -> None:
     assert det.spec_.n_cells == 4**64 and det.cells_.shape[1] == 3
     scores = det.decision_function(X)
     assert scores[:30].mean() < scores[30:].mean()
+
+
+def test_private_grid_knn_releases_a_large_grid_sparsely() -> None:
+    rng = np.random.default_rng(1)
+    X = np.vstack([np.full((200, 40), 0.1), rng.random((20, 40))])
+    with pytest.raises(ValueError, match="needs delta"):
+        GridKNN(lo=np.zeros(40), hi=np.ones(40), epsilon=1).fit(X)
+    det = GridKNN(lo=np.zeros(40), hi=np.ones(40), epsilon=1, delta="1e-6").fit(X)
+    assert det.cells_.shape == (1, 2)  # only the crowded cell passes the threshold
+    assert abs(int(det.cell_counts_[0]) - 200) < 40
