@@ -26,7 +26,8 @@ from common.detectors.grid_knn import GridKNN
 from common.encoding import decode_counts, encode_release
 from common.grid import GridSpec, derive_projection
 from common.merge import merge_sparse
-from common.release import release_grid
+from common.hashing import derive_lsh_family
+from common.release import release_grid, release_lsh
 
 SEED = bytes(range(32))
 
@@ -130,6 +131,9 @@ def test_empty_data_releases_noise_only() -> None:
     dense = release_grid(GridSpec(np.zeros(2), np.ones(2), bins=4), np.zeros((0, 2)), "1", 0,
                          cell_limit=1000)
     assert dense.values.shape == (16,)
+    family = derive_lsh_family(SEED, np.zeros(3), np.ones(3), 5, 16)
+    lsh = release_lsh(family, np.zeros((0, 3)), "1")
+    assert lsh.values.shape == (family.n_cells,) and np.count_nonzero(lsh.values) > 0
 
 
 def test_grid_knn_defaults_work_on_64_features() -> None:
