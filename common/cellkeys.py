@@ -51,13 +51,21 @@ def key_words(n_cells: int) -> int:
 
 
 def as_keys(keys: ArrayLike, words: int | None = None) -> NDArray[np.int64]:
-    """``keys`` as an ``(n, W)`` int64 array; 1-d input is one-word keys (or ``(-1, words)``)."""
+    """``keys`` as an ``(n, W)`` int64 array; 1-d input is one-word keys.
+
+    With ``words`` given, an empty input gets that width and a non-empty 1-d input for a grid
+    of wider keys is refused (a 1-d array never holds several words per key).
+    """
     arr = np.asarray(keys)
     if arr.size and arr.dtype.kind not in "iu":
         raise ValueError(f"cell keys must be integers, got dtype {arr.dtype}")
     arr = arr.astype(np.int64, copy=False)
+    if arr.size == 0 and words is not None:
+        return arr.reshape(0, words)
     if arr.ndim == 1:
-        return arr.reshape(-1, words or 1)
+        if words not in (None, 1):
+            raise ValueError(f"this grid has {words}-word keys; pass an (n, {words}) array")
+        return arr.reshape(-1, 1)
     if arr.ndim != 2:
         raise ValueError(f"cell keys must be a 1-d or 2-d array, got shape {arr.shape}")
     return arr

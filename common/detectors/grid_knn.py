@@ -262,7 +262,7 @@ class GridKNN(BaseDetector):
                     f"grid has {spec.n_cells} cells > cell_limit {self.cell_limit}, so it is"
                     " released sparsely (thresholded) and needs delta > 0, e.g. '1e-6'"
                 )
-            out = release_grid(spec, arr, self.epsilon, self.delta if sparse else 0,
+            out = release_grid(spec, arr, self.epsilon, (self.delta or 0) if sparse else 0,
                                self.cell_limit)
             counts = out.values if out.indices is None else (out.indices, out.values)
         self._set_model(spec, counts)

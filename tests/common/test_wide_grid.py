@@ -25,8 +25,8 @@ from common.config import FeatureSpec, GridParams, PrivacyParams, StudyConfig, n
 from common.detectors.grid_knn import GridKNN
 from common.encoding import decode_counts, encode_release
 from common.grid import GridSpec, derive_projection
-from common.merge import merge_sparse
 from common.hashing import derive_lsh_family
+from common.merge import merge_sparse
 from common.release import release_grid, release_lsh
 
 SEED = bytes(range(32))
