@@ -22,7 +22,7 @@ from common.cellkeys import (
     union_keys,
 )
 from common.config import FeatureSpec, GridParams, PrivacyParams, StudyConfig, new_study_config
-from common.detectors.grid_knn import GridKNN
+from common.detectors.grid_knn import GridKNN, knn_grid_scores
 from common.encoding import decode_counts, encode_release
 from common.grid import GridSpec, derive_projection
 from common.hashing import derive_lsh_family
@@ -154,3 +154,37 @@ def test_private_grid_knn_releases_a_large_grid_sparsely() -> None:
     det = GridKNN(lo=np.zeros(40), hi=np.ones(40), epsilon=1, delta="1e-6").fit(X)
     assert det.cells_.shape == (1, 2)  # only the crowded cell passes the threshold
     assert abs(int(det.cell_counts_[0]) - 200) < 40
+
+
+def test_scan_scores_match_brute_force_in_many_dimensions() -> None:
+    """The matrix-product distance path (many dims) gives Algorithm 1's exact scores."""
+    rng = np.random.default_rng(2)
+    cells = np.unique(rng.integers(0, 5, size=(400, 30)), axis=0)
+    counts = rng.integers(1, 4, size=cells.shape[0])
+    query = np.vstack([cells[:20], rng.integers(0, 5, size=(20, 30))])
+    dist = np.abs(query[:, None, :] - cells[None, :, :]).sum(axis=2)
+    for weighted in (False, True):
+        got = knn_grid_scores(query, cells, counts, k=4, max_depth=40, weighted=weighted, bins=5)
+        for q in range(query.shape[0]):
+            order = np.argsort(dist[q], kind="stable")
+            d, c = dist[q][order], counts[order]
+            reach = int(np.searchsorted(np.cumsum(c), 4))  # first cell covering k records
+            if weighted:
+                taken = np.minimum(c, np.maximum(4 - (np.cumsum(c) - c), 0))
+                assert got[q] == pytest.approx((taken * d).sum() / 4)
+            else:
+                assert got[q] == d[reach]
+
+
+def test_grid_knn_projection_depends_on_the_seed_only() -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.random((50, 20)), rng.random((80, 20)) * 3
+    lo, hi = np.zeros(20), np.full(20, 3.0)
+    one = GridKNN(projection=4, seed=SEED, lo=lo, hi=hi).fit(a)
+    two = GridKNN(projection=4, seed=SEED.hex(), lo=lo, hi=hi).fit(b)
+    assert one.spec_.projection is not None and two.spec_.projection is not None
+    np.testing.assert_array_equal(one.spec_.projection, two.spec_.projection)
+    np.testing.assert_array_equal(one.spec_.projection, derive_projection(SEED, 20, 4))
+    other = GridKNN(projection=4, lo=lo, hi=hi, random_state=1).fit(a)
+    assert not np.array_equal(other.spec_.projection, one.spec_.projection)
+    assert one.spec_.n_cells == 4**4 and one.decision_function(b).shape == (80,)
