@@ -179,3 +179,19 @@ def test_release_from_accumulated_counts_checks_shape_and_carries_cost() -> None
     sparse = release_grid_counts((np.array([3, 5]), np.array([500, 1])), 10**12, "1", "1e-6")
     assert sparse.layout == "sparse" and sparse.cost == PrivacyBudget("1", "1e-6")
     assert 5 not in sparse.indices[:, 0].tolist()  # a single record is below the threshold
+
+
+@pytest.mark.parametrize("epsilon", ["0.1", "0.3", "0.7", "1.1", "0.000000001", "3"])
+@pytest.mark.parametrize("sensitivity", [1, 3, 100])
+def test_count_noise_never_charges_less_than_the_map(epsilon: str, sensitivity: int) -> None:
+    """The scale is rounded up, so OpenDP's map (rounded up itself) stays within epsilon
+    exactly: no float slack between what is spent and what is charged (issue 15, low)."""
+    meas = rel.make_count_noise(sensitivity, epsilon)
+    assert Decimal(meas.map(sensitivity)) <= Decimal(epsilon)
+    assert Decimal(meas.map(sensitivity)) >= Decimal(epsilon) * (1 - Decimal("1e-12"))
+
+
+@pytest.mark.parametrize("epsilon", ["0.1", "0.3", "1.1", "3"])
+def test_threshold_noise_never_charges_less_than_the_map(epsilon: str) -> None:
+    meas, _ = make_threshold_noise(epsilon, "1e-6")
+    assert Decimal(meas.map((1, 1, 1))[0]) <= Decimal(epsilon)
