@@ -181,6 +181,7 @@ class GridParams(_Model):
     weighted: bool = Field(default=True, strict=True, description="Weighted k-NN score.")
     projection: int | None = Field(
         default=None,
+        exclude_if=lambda v: v is None,  # configs signed before the field keep their bytes
         strict=True,
         ge=1,
         le=256,

@@ -188,3 +188,22 @@ def test_grid_knn_projection_depends_on_the_seed_only() -> None:
     other = GridKNN(projection=4, lo=lo, hi=hi, random_state=1).fit(a)
     assert not np.array_equal(other.spec_.projection, one.spec_.projection)
     assert one.spec_.n_cells == 4**4 and one.decision_function(b).shape == (80,)
+
+
+def test_projection_is_signed_and_absent_from_older_payloads() -> None:
+    from common.config import canonical_json
+    from common.signing import generate_key, sign_config, verify_config
+
+    key = generate_key()
+    plain = study(5, 4, cell_limit=10)
+    assert b"projection" not in canonical_json(plain)  # configs signed before keep their bytes
+    projected = study(100, 4, projection=8, cell_limit=10)
+    signed = sign_config(projected, key)
+    assert '"projection":8' in signed.payload
+    now = projected.issued_at
+    back = verify_config(signed, key.public_key(), now=now)
+    assert back.grid is not None and back.grid.projection == 8
+    tampered = signed.model_copy(update={"payload": signed.payload.replace(
+        '"projection":8', '"projection":9')})
+    with pytest.raises(Exception, match="signature"):
+        verify_config(tampered, key.public_key(), now=now)
