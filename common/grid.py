@@ -34,7 +34,6 @@ PROJECTION_BOUND = 1.0
 direction with entries ``+-1/sqrt(d)`` has standard deviation ``1/sqrt(12)`` for uniform data,
 so ``[-1, 1]`` covers about 3.5 standard deviations; values beyond are clipped."""
 _PROJECTION_TAG = b"fedod-grid-projection/1\x00"
-_ONE_WORD_BITS = 62
 
 
 def derive_projection(seed: bytes, d: int, p: int) -> NDArray[np.float64]:
@@ -144,27 +143,27 @@ class GridSpec:
             unit = np.clip((z + PROJECTION_BOUND) / (2 * PROJECTION_BOUND), 0.0, 1.0)
         return np.minimum((unit * self.bins).astype(np.int64), self.bins - 1)
 
-    def _group(self) -> int:
-        """Grid dimensions per int64 partial index (``bins ** g <= 2**62``)."""
+    def _groups(self) -> list[tuple[int, int]]:
+        """``(first dim, size)`` of the int64 partial indices (``bins ** size <= 2**62``)."""
         b, g = int(self.bins), 1
-        while b ** (g + 1) <= 2**_ONE_WORD_BITS and g < self.n_dims:
+        while b ** (g + 1) <= 2**62 and g < self.n_dims:
             g += 1
-        return g
+        return [(s, min(g, self.n_dims - s)) for s in range(0, self.n_dims, g)]
 
     def keys_of(self, coords: ArrayLike) -> NDArray[np.int64]:
         """Keys ``(n, W)`` of cell coordinates ``(n, d_g)`` (row-major cell index)."""
         c = np.asarray(coords, dtype=np.int64).reshape(-1, self.n_dims)
         if self.key_words == 1:
             return (c @ self.strides).reshape(-1, 1)
-        g, b = self._group(), int(self.bins)
-        parts = [c[:, s:s + g] @ (b ** np.arange(min(g, self.n_dims - s) - 1, -1, -1))
-                 for s in range(0, self.n_dims, g)]
-        radix = [b ** min(g, self.n_dims - s) for s in range(0, self.n_dims, g)]
+        b = int(self.bins)
+        groups = self._groups()
+        parts = np.stack([c[:, s:s + n] @ (b ** np.arange(n - 1, -1, -1)) for s, n in groups],
+                         axis=1).tolist()
         values = []
-        for row in np.stack(parts, axis=1).tolist():
+        for row in parts:
             v = 0
-            for part, r in zip(row, radix, strict=True):
-                v = v * r + part
+            for part, (_, n) in zip(row, groups, strict=True):
+                v = v * b**n + part
             values.append(v)
         return keys_from_ints(values, self.key_words)
 
@@ -173,13 +172,16 @@ class GridSpec:
         k = np.asarray(keys, dtype=np.int64)
         if self.key_words == 1:
             return (k.reshape(-1, 1) // self.strides) % self.bins
-        b, d, out = int(self.bins), self.n_dims, []
-        for v in ints_from_keys(k):
-            row = [0] * d
-            for i in range(d - 1, -1, -1):
-                v, row[i] = divmod(v, b)
-            out.append(row)
-        return np.array(out, dtype=np.int64).reshape(-1, d)
+        b, groups = int(self.bins), self._groups()
+        cells = ints_from_keys(k)
+        parts = np.empty((len(cells), len(groups)), dtype=np.int64)
+        for r, v in enumerate(cells):
+            for j in range(len(groups) - 1, -1, -1):
+                v, parts[r, j] = divmod(v, b ** groups[j][1])
+        out = np.empty((len(cells), self.n_dims), dtype=np.int64)
+        for j, (s, n) in enumerate(groups):
+            out[:, s:s + n] = (parts[:, j, None] // b ** np.arange(n - 1, -1, -1)) % b
+        return out
 
     def cell_index(self, X: ArrayLike) -> NDArray[np.int64]:
         """Row-major cell index of every row, shape ``(n,)`` int64 (grids of <= 2**63 cells)."""
