@@ -191,10 +191,14 @@ class GridSpec:
         self, X: ArrayLike
     ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.intp]]:
         """Occupied cells' coordinates in row-major order, their row counts, each row's cell."""
-        coords = self.cell_coords(X)
-        small = coords.astype(np.uint8 if self.bins <= 256 else np.uint16)
-        cells, inverse, n = np.unique(small, axis=0, return_inverse=True, return_counts=True)
-        return cells.astype(np.int64), n.astype(np.int64), inverse.ravel()
+        # rows as fixed-width big-endian bytes: byte order is row-major cell order, and
+        # sorting a 1-d void array is far faster than np.unique(axis=0)
+        small = np.ascontiguousarray(self.cell_coords(X).astype(">u1" if self.bins <= 256
+                                                              else ">u2"))
+        rows = small.view(f"V{small.dtype.itemsize * self.n_dims}").ravel()
+        cells, inverse, n = np.unique(rows, return_inverse=True, return_counts=True)
+        coords = np.frombuffer(cells.tobytes(), dtype=small.dtype).reshape(-1, self.n_dims)
+        return coords.astype(np.int64), n.astype(np.int64), inverse.ravel()
 
     def occupied(self, X: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Sparse counts: sorted keys ``(K, W)`` of the non-empty cells and their row counts."""
