@@ -35,7 +35,8 @@ from pydantic import (
 )
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
-from common.grid import MAX_CELLS, GridSpec
+from common.cellkeys import MAX_KEY_BITS
+from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
 
 __all__ = [
@@ -178,6 +179,15 @@ class GridParams(_Model):
         default=3, strict=True, ge=0, le=1000, description="Maximal L1 depth of the cell walk."
     )
     weighted: bool = Field(default=True, strict=True, description="Weighted k-NN score.")
+    projection: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # configs signed before the field keep their bytes
+        strict=True,
+        ge=1,
+        le=256,
+        description="Grid over this many random +-1 projections of the grid features, derived "
+        "from the public seed `lsh.seed` (never from data); null: the features themselves.",
+    )
     cell_limit: int = Field(
         default=1_000_000,
         strict=True,
@@ -252,11 +262,11 @@ class StudyConfig(_Model):
             unknown = sorted(set(self.grid.features or []) - set(names))
             if unknown:
                 raise ValueError(f"grid features not in the schema: {unknown}")
-            d_g = len(self.grid.features) if self.grid.features else len(names)
-            if self.grid.bins**d_g >= MAX_CELLS:
+            bits = (self.grid_cells - 1).bit_length()
+            if bits > MAX_KEY_BITS:
                 raise ValueError(
-                    f"grid of {self.grid.bins}**{d_g} cells is too large; "
-                    "use fewer bins or name fewer grid features"
+                    f"grid of {self.grid_cells} cells needs {bits}-bit cell keys, more than "
+                    f"{MAX_KEY_BITS}; use fewer bins, fewer grid features or a projection"
                 )
             if self.grid_layout == "sparse" and p.delta_grid <= 0:
                 raise ValueError(
@@ -311,14 +321,20 @@ class StudyConfig(_Model):
     def grid_spec(self) -> GridSpec | None:
         if self.grid is None:
             return None
-        return GridSpec(self.lo, self.hi, self.grid.bins, self.grid_feature_indices())
+        projection = None
+        if self.grid.projection is not None:
+            d_used = len(self.grid.features or self.features)
+            projection = derive_projection(bytes.fromhex(self.lsh.seed), d_used,
+                                           self.grid.projection)
+        return GridSpec(self.lo, self.hi, self.grid.bins, self.grid_feature_indices(),
+                        projection)
 
     @property
     def grid_cells(self) -> int:
-        """Number of grid cells, 0 without a grid."""
+        """Number of grid cells ``bins ** d_g`` (any size: sparse keys widen), 0 without a grid."""
         if self.grid is None:
             return 0
-        d_g = len(self.grid.features) if self.grid.features else len(self.features)
+        d_g = self.grid.projection or len(self.grid.features or self.features)
         return int(self.grid.bins**d_g)
 
     @property

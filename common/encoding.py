@@ -1,10 +1,13 @@
 """Wire encoding of integer count vectors: base64 of zlib-compressed little-endian arrays.
 
-Dense vectors send every cell; sparse ones (a thresholded grid) send sorted ``<i8`` indices
-followed by the values. The SHA-256 digest covers the *decompressed* bytes. Decoding is
-defensive: it bounds the base64 text and the decompressed size before doing any work (no
-zip bombs), and every failure is a :class:`~common.errors.PayloadInvalid` that says what is
-wrong.
+Dense vectors send every cell; sparse ones (a thresholded grid) send the sorted cell keys
+followed by the values. A key is ``W = key_words(n_cells)`` ``<i8`` words, most significant
+first (:mod:`common.cellkeys`): for grids of at most ``2**63`` cells ``W = 1`` and a key is
+the plain ``<i8`` cell index, so the format of small grids is unchanged; wider grids (up to
+``2**8064`` cells, e.g. 4 bins over 784 features) just have longer keys. The SHA-256
+digest covers the *decompressed* bytes. Decoding is defensive: it bounds the base64 text
+and the decompressed size before doing any work (no zip bombs), and every failure is a
+:class:`~common.errors.PayloadInvalid` that says what is wrong.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from common.cellkeys import MAX_KEY_BITS, as_keys, key_words, keys_problem
 from common.errors import PayloadInvalid, PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -39,6 +43,7 @@ FORMAT: Literal["fedod-counts/1"] = "fedod-counts/1"
 DEFAULT_MAX_BYTES = 64 * 2**20
 """Default bound on the decompressed size of one vector (64 MiB)."""
 MAX_CELLS = 2**62
+"""Largest dense vector; sparse vectors may name up to ``2**MAX_KEY_BITS`` cells."""
 _INDEX_DTYPE = np.dtype("<i8")
 _DTYPES: dict[str, np.dtype[np.signedinteger]] = {"<i4": np.dtype("<i4"), "<i8": np.dtype("<i8")}
 _I32 = np.iinfo(np.int32)
@@ -55,27 +60,42 @@ class EncodedCounts(BaseModel):
     layout: Literal["dense", "sparse"] = Field(
         description="`dense`: every cell in order; `sparse`: sorted cell indices then values."
     )
-    n_cells: int = Field(ge=1, le=MAX_CELLS, description="Length of the full (dense) vector.")
+    n_cells: int = Field(
+        ge=1,
+        description="Number of cells of the full vector (dense: at most 2**62). Sparse keys "
+        "have ceil(bit_length(n_cells - 1) / 63) words (at least 1).",
+    )
     dtype: Literal["<i4", "<i8"] = Field(
         description="Little-endian integer type of the values (indices are always `<i8`)."
     )
     nnz: int | None = Field(
         default=None,
         ge=0,
-        le=MAX_CELLS,
-        description="Number of (index, value) pairs; required for `sparse`, absent for `dense`.",
+        le=2**62,
+        description="Number of (key, value) pairs; required for `sparse`, absent for `dense`.",
     )
     data: str = Field(
         description="Standard base64 of zlib-compressed bytes: values (dense) or "
-        "`<i8` indices followed by values (sparse)."
+        "the keys (nnz rows of W `<i8` words, most significant first) followed by the "
+        "values (sparse)."
     )
     sha256: str = Field(
         pattern=r"^[0-9a-f]{64}$", description="Hex SHA-256 of the decompressed bytes."
     )
 
 
+    @field_validator("n_cells")
+    @classmethod
+    def _key_width(cls, v: int) -> int:
+        if v > 2**MAX_KEY_BITS:
+            raise ValueError(f"n_cells must be at most 2**{MAX_KEY_BITS}")
+        return v
+
+
 def _payload_len(layout: str, dtype: np.dtype[np.signedinteger], n_cells: int, nnz: int) -> int:
-    return n_cells * dtype.itemsize if layout == "dense" else nnz * (8 + dtype.itemsize)
+    if layout == "dense":
+        return n_cells * dtype.itemsize
+    return nnz * (8 * key_words(n_cells) + dtype.itemsize)
 
 
 def encode_counts(
@@ -83,13 +103,14 @@ def encode_counts(
 ) -> EncodedCounts:
     """Encode integer counts; dense when ``indices`` is None, else sparse.
 
-    Uses ``<i4`` when every value fits, else ``<i8``.
+    ``indices`` are cell keys ``(nnz, W)`` (or, for ``W = 1``, a 1-d index array). Uses
+    ``<i4`` for the values when every value fits, else ``<i8``.
 
     Raises
     ------
     ValueError
         If the values are not integers, a dense vector is not ``n_cells`` long, or sparse
-        indices are not strictly increasing within ``[0, n_cells)``.
+        keys are not strictly increasing within ``[0, n_cells)``.
     """
     vals = np.asarray(values)
     if vals.ndim != 1 or vals.dtype.kind not in "iu":
@@ -104,14 +125,15 @@ def encode_counts(
         layout: Literal["dense", "sparse"] = "dense"
         nnz = None
     else:
-        idx = np.asarray(indices)
-        if idx.dtype.kind not in "iu" or idx.shape != vals.shape:
+        idx = as_keys(indices, key_words(n_cells)) if np.size(indices) else np.empty(
+            (0, key_words(n_cells)), dtype=np.int64)
+        if idx.shape[0] != vals.size:
             raise ValueError("indices must be an integer array of the same length as values")
-        idx = idx.astype(np.int64)
-        if idx.size and (idx[0] < 0 or idx[-1] >= n_cells or np.any(np.diff(idx) <= 0)):
-            raise ValueError(f"indices must be strictly increasing within [0, {n_cells})")
+        problem = keys_problem(idx, n_cells)
+        if problem:
+            raise ValueError(problem)
         body = idx.astype(_INDEX_DTYPE).tobytes() + body
-        layout, nnz = "sparse", int(idx.size)
+        layout, nnz = "sparse", int(idx.shape[0])
     return EncodedCounts(
         layout=layout,
         n_cells=n_cells,
@@ -129,7 +151,9 @@ def decode_counts(
     max_abs: int = 2**40,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> tuple[NDArray[np.int64] | None, NDArray[np.int64]]:
-    """Decode and fully validate counts; return ``(indices or None, values)`` as int64.
+    """Decode and fully validate counts; return ``(keys or None, values)`` as int64.
+
+    Sparse keys come back as an ``(nnz, W)`` array (``W = key_words(n_cells)``, also for 1).
 
     Parameters
     ----------
@@ -159,8 +183,8 @@ def decode_counts(
             "re-fetch the config and release again"
         )
     if enc.layout == "dense":
-        if enc.nnz is not None:
-            raise PayloadInvalid("nnz must be absent for a dense layout")
+        if enc.nnz is not None or enc.n_cells > MAX_CELLS:
+            raise PayloadInvalid(f"a dense layout has no nnz and at most {MAX_CELLS} cells")
         nnz = 0
     elif enc.layout == "sparse":
         if enc.nnz is None or not 0 <= enc.nnz <= enc.n_cells:
@@ -199,12 +223,13 @@ def decode_counts(
     indices: NDArray[np.int64] | None = None
     offset = 0
     if enc.layout == "sparse":
-        offset = nnz * 8
-        indices = np.frombuffer(body, dtype=_INDEX_DTYPE, count=nnz).astype(np.int64)
-        if nnz and (indices[0] < 0 or indices[-1] >= enc.n_cells or np.any(np.diff(indices) <= 0)):
-            raise PayloadInvalid(
-                f"sparse indices must be strictly increasing within [0, {enc.n_cells})"
-            )
+        words = key_words(enc.n_cells)
+        offset = nnz * 8 * words
+        indices = np.frombuffer(body, dtype=_INDEX_DTYPE, count=nnz * words).astype(np.int64)
+        indices = indices.reshape(nnz, words)
+        problem = keys_problem(indices, enc.n_cells)
+        if problem:
+            raise PayloadInvalid(f"sparse {problem}")
     values = np.frombuffer(body, dtype=dtype, offset=offset).astype(np.int64)
     if values.size and (int(values.min()) < -max_abs or int(values.max()) > max_abs):
         raise PayloadInvalid(f"counts outside the allowed range [-{max_abs}, {max_abs}]")
@@ -217,12 +242,17 @@ def encode_release(release: Release) -> EncodedCounts:
 
 
 def to_dense(indices: ArrayLike | None, values: ArrayLike, n_cells: int) -> NDArray[np.int64]:
-    """Scatter sparse ``(indices, values)`` into a dense int64 vector (copy if dense)."""
+    """Scatter sparse ``(indices, values)`` into a dense int64 vector (copy if dense).
+
+    Only for vectors of at most ``2**62`` cells (one-word keys)."""
     vals = np.asarray(values, dtype=np.int64)
     if indices is None:
         if vals.size != n_cells:
             raise ValueError(f"dense vector has {vals.size} cells, expected {n_cells}")
         return vals.copy()
+    keys = as_keys(indices)
+    if keys.shape[1] != 1:
+        raise ValueError(f"a grid of {n_cells} cells is too large for a dense vector")
     out = np.zeros(n_cells, dtype=np.int64)
-    out[np.asarray(indices, dtype=np.int64)] = vals
+    out[keys[:, 0]] = vals
     return out

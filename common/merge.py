@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from common.cellkeys import as_keys, union_keys
 from common.errors import PayloadInvalid
 
 __all__ = ["merge_sum", "merge_sparse"]
@@ -48,18 +49,31 @@ def merge_sum(a: ArrayLike, b: ArrayLike) -> NDArray[np.int64]:
 def merge_sparse(
     a_indices: ArrayLike, a_values: ArrayLike, b_indices: ArrayLike, b_values: ArrayLike
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Exact sum of two sparse vectors given as sorted ``(indices, values)`` pairs.
+    """Exact sum of two sparse vectors given as sorted ``(keys, values)`` pairs.
 
-    Returns the union of the indices (sorted, unique) and the summed values; a cell present
-    in only one input keeps its value. Overflow raises :class:`PayloadInvalid`.
+    Keys are ``(n, W)`` arrays of 63-bit words (:mod:`common.cellkeys`); a 1-d array is
+    one-word keys, and an empty input may have any shape. Each input's keys must be unique.
+    Returns the sorted union of the keys (1-d if both inputs were 1-d, else ``(n, W)``) and
+    the summed values; a cell present in only one input keeps its value. Overflow or keys
+    of different widths raise :class:`PayloadInvalid`.
     """
-    ai, av = _as_int64(a_indices, "a_indices"), _as_int64(a_values, "a_values")
-    bi, bv = _as_int64(b_indices, "b_indices"), _as_int64(b_values, "b_values")
-    if ai.shape != av.shape or bi.shape != bv.shape or ai.ndim != 1 or bi.ndim != 1:
-        raise PayloadInvalid("sparse indices and values must be 1-d arrays of equal length")
-    union = np.union1d(ai, bi)
-    dense_a = np.zeros(union.shape, dtype=np.int64)
-    dense_b = np.zeros(union.shape, dtype=np.int64)
-    dense_a[np.searchsorted(union, ai)] = av
-    dense_b[np.searchsorted(union, bi)] = bv
-    return union, merge_sum(dense_a, dense_b)
+    av, bv = _as_int64(a_values, "a_values"), _as_int64(b_values, "b_values")
+    flat = np.ndim(a_indices) == 1 and np.ndim(b_indices) == 1
+    try:
+        ai, bi = as_keys(a_indices), as_keys(b_indices)
+    except ValueError as exc:
+        raise PayloadInvalid(f"sparse keys: {exc}") from exc
+    if ai.shape[0] == 0:
+        ai = ai.reshape(0, bi.shape[1])
+    if bi.shape[0] == 0:
+        bi = bi.reshape(0, ai.shape[1])
+    if ai.shape[0] != av.size or bi.shape[0] != bv.size or av.ndim != 1 or bv.ndim != 1:
+        raise PayloadInvalid("sparse keys and values must be arrays of equal length")
+    if ai.shape[1] != bi.shape[1]:
+        raise PayloadInvalid(f"cannot merge {ai.shape[1]}-word keys with {bi.shape[1]}-word keys")
+    union, pos_a, pos_b = union_keys(ai, bi)
+    dense_a = np.zeros(union.shape[0], dtype=np.int64)
+    dense_b = np.zeros(union.shape[0], dtype=np.int64)
+    dense_a[pos_a] = av
+    dense_b[pos_b] = bv
+    return (union[:, 0] if flat else union), merge_sum(dense_a, dense_b)

@@ -10,23 +10,33 @@ mechanism, which samples from a cryptographically secure source. Never numpy or 
   densely (noise on every cell, ``scale = 1 / epsilon``, pure epsilon-DP). Above, only occupied
   cells are noised and cells whose noisy count falls below a threshold are dropped
   (OpenDP ``make_laplace_threshold``; Rogers, "A Unifying Privacy Analysis Framework for
-  Unknown Domain Algorithms in Differential Privacy", 2023): (epsilon, delta)-DP, the threshold
-  chosen as the smallest one whose privacy map meets ``delta``.
+  Unknown Domain Algorithms in Differential Privacy", 2023): (epsilon, delta)-DP over an
+  unknown domain of cell keys of any width (:mod:`common.cellkeys`). OpenDP 0.16's map
+  under-states delta by ``e^epsilon`` (opendp/opendp#2922), so the threshold is chosen by the
+  map and the release uses one more; :func:`threshold_delta` checks it exactly.
+
+Scales are rounded up so that the true loss never exceeds the epsilon charged. Counts may
+be all zero (an empty dataset releases noise only) and a sparse release of no cells is
+valid. Nothing here depends on the data for success once the mechanism is built: keys come
+from :class:`~common.grid.GridSpec`, which fits every cell the config allows.
 
 The noise is drawn once; a :class:`Release` is immutable and is what a retry re-sends.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import opendp.prelude as dp
 from numpy.typing import ArrayLike, NDArray
 
 from common.budget import PrivacyBudget
+from common.cellkeys import as_keys, key_strings, key_words, keys_from_strings, keys_problem
 
 if TYPE_CHECKING:
     from common.grid import GridSpec
@@ -36,31 +46,60 @@ __all__ = [
     "Release",
     "make_count_noise",
     "make_threshold_noise",
+    "threshold_delta",
     "add_discrete_laplace",
     "release_lsh",
     "release_grid",
 ]
 
-_SLACK = 1 + Decimal("1e-9")
 _MAX_THRESHOLD = 2**40
 
 dp.enable_features("contrib")
 
 
+def _scale(sensitivity: int, eps: Decimal) -> float:
+    """Smallest float ``scale >= sensitivity / eps`` (rounded up, never down)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        exact = Decimal(sensitivity) / eps
+        scale = float(exact)
+        while Decimal(scale) < exact:
+            scale = math.nextafter(scale, math.inf)
+    return scale
+
+
+def _fit_map(build: Callable[[float], dp.Measurement], scale: float, d_in: Any,
+             eps: Decimal) -> tuple[dp.Measurement, float]:
+    """Build with ``scale``, nudged up by ulps until the privacy map's epsilon is <= ``eps``.
+
+    The scale is already >= sensitivity / eps, so the true loss is within ``eps``; OpenDP's
+    map rounds its float arithmetic up and may report ``eps`` plus an ulp, which is nudged
+    away here so that what is charged is exactly what the map states, or more.
+    """
+    for _ in range(64):
+        meas = build(scale)
+        spent = meas.map(d_in)  # type: ignore[no-untyped-call]
+        spent_eps = spent[0] if isinstance(spent, tuple) else spent
+        if Decimal(spent_eps) <= eps:
+            return meas, scale
+        scale = math.nextafter(scale, math.inf)
+    raise ValueError(f"cannot calibrate a mechanism to epsilon {eps}")
+
+
 def make_count_noise(sensitivity: int, epsilon: Decimal | int | str) -> dp.Measurement:
-    """Discrete Laplace over an integer vector with ``scale = sensitivity / epsilon``."""
+    """Discrete Laplace over an int64 vector with ``scale = sensitivity / epsilon``.
+
+    The scale is rounded up, and the measurement's privacy map at ``sensitivity`` is checked
+    to be at most ``epsilon`` exactly (no float slack).
+    """
     eps = Decimal(str(epsilon))
     if not eps > 0:
         raise ValueError(f"epsilon must be positive, got {epsilon}")
     if sensitivity < 1:
         raise ValueError(f"sensitivity must be >= 1, got {sensitivity}")
-    scale = float(Decimal(sensitivity) / eps)
-    meas = dp.m.make_laplace(
-        dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int), scale=scale
-    )
-    spent = meas.map(sensitivity)  # type: ignore[no-untyped-call]
-    if Decimal(str(spent)) > eps * (1 + Decimal("1e-9")):
-        raise ValueError(f"mechanism spends {spent} > epsilon {eps}")
+    domain, metric = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
+    meas, _ = _fit_map(lambda scale: dp.m.make_laplace(domain, metric, scale=scale),
+                       _scale(sensitivity, eps), sensitivity, eps)
     return meas
 
 
@@ -85,11 +124,13 @@ class Release:
     ----------
     kind : "lsh" | "grid"
     layout : "dense" | "sparse"
-        Dense: ``values`` has ``n_cells`` entries. Sparse: ``values[i]`` belongs to cell
-        ``indices[i]``, indices strictly increasing; absent cells were below the threshold.
+        Dense: ``values`` has ``n_cells`` entries. Sparse: ``values[i]`` belongs to the cell
+        with key ``indices[i]``, keys strictly increasing; absent cells were below the
+        threshold.
     n_cells : int
     values : ndarray of int64, read-only
-    indices : ndarray of int64, read-only, or None when dense
+    indices : ndarray (nnz, W) of int64, read-only, or None when dense
+        Cell keys, ``W = key_words(n_cells)`` 63-bit words each (:mod:`common.cellkeys`).
     cost : PrivacyBudget
         What this release spends (epsilon, and delta for a sparse grid).
     """
@@ -111,13 +152,11 @@ class Release:
         else:
             if self.indices is None:
                 raise ValueError("a sparse release needs indices")
-            indices = np.array(self.indices, dtype=np.int64)
+            indices = as_keys(self.indices, key_words(self.n_cells)).copy()
             indices.setflags(write=False)
-            if indices.shape != values.shape or (
-                indices.size
-                and (indices[0] < 0 or indices[-1] >= self.n_cells or np.any(np.diff(indices) <= 0))
-            ):
-                raise ValueError("sparse indices must match values and increase within n_cells")
+            problem = keys_problem(indices, self.n_cells)
+            if indices.shape[0] != values.shape[0] or problem:
+                raise ValueError(f"sparse indices must match values: {problem or 'lengths'}")
             object.__setattr__(self, "indices", indices)
 
 
@@ -128,14 +167,41 @@ def _positive(epsilon: Decimal | int | str) -> PrivacyBudget:
     return budget
 
 
+def threshold_delta(scale: float, threshold: int) -> Decimal:
+    """Exact upper bound (rounded up) of the delta of a sensitivity-1 thresholded release.
+
+    OpenDP's ``make_laplace_threshold`` keeps a cell whose noisy count is ``>= threshold``. A
+    cell holding one isolated record is absent from the neighbour without it, so it is
+    released with probability ``P(1 + Z >= T) = P(Z >= T - 1) = e^{-(T-1) eps}/(1 + e^{-eps})``
+    for discrete Laplace ``Z`` with ``eps = 1 / scale`` and ``T = threshold >= 2``: that
+    is the true delta (every other cell is covered by epsilon). Evaluated at 60 digits with
+    ``eps`` rounded down and the result inflated by 1e-50 relative, so it is never below the
+    true value.
+    """
+    if threshold < 2:
+        return Decimal(1)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        ctx.rounding = ROUND_FLOOR
+        eps = Decimal(1) / Decimal(scale)
+        ctx.rounding = ROUND_HALF_EVEN
+        value = (-(threshold - 1) * eps).exp() / (1 + (-eps).exp())
+        ctx.rounding = ROUND_CEILING
+        return value * (1 + Decimal("1e-50"))
+
+
 def make_threshold_noise(
     epsilon: Decimal | int | str, delta: Decimal | int | str
 ) -> tuple[dp.Measurement, int]:
-    """Thresholded discrete Laplace over a sparse ``{cell: count}`` map, sensitivity 1.
+    """Thresholded discrete Laplace over a sparse ``{key: count}`` map, sensitivity 1.
 
-    ``scale = 1 / epsilon``; the threshold is the smallest integer whose privacy map at
-    ``(l0, l1, linf) = (1, 1, 1)`` (one record moves one cell by one) is within
-    ``(epsilon, delta)``. Returns the measurement and its threshold.
+    ``scale = 1 / epsilon`` (rounded up). Keys are strings (any width, see
+    :mod:`common.cellkeys`), counts int64. OpenDP 0.16's map at ``(l0, l1, linf) = (1, 1, 1)``
+    states ``P(Z >= T)`` while the mechanism keeps noisy counts ``>= T``, whose true delta is
+    ``P(Z >= T - 1)`` (upstream opendp/opendp#2922, an ``e^epsilon`` under-count). So the
+    smallest ``T0`` whose map meets ``delta`` is chosen and the release uses ``T = T0 + 1``:
+    its true delta ``P(Z >= T0)`` is the map's value at ``T0``. The result is cross-checked
+    against :func:`threshold_delta` in exact arithmetic. Returns the measurement and ``T``.
     """
     budget = PrivacyBudget(epsilon, delta)
     eps, dlt = budget.epsilon, budget.delta
@@ -146,31 +212,36 @@ def make_threshold_noise(
             f"a sparse release needs 0 < delta < 1, got {delta}: noise on occupied cells "
             "without a threshold would reveal which cells hold records"
         )
-    scale = float(1 / eps)
-    domain = dp.map_domain(dp.atom_domain(T=int), dp.atom_domain(T=int))
-    metric = dp.l01inf_distance(dp.absolute_distance(T=int))
+    domain = dp.map_domain(dp.atom_domain(T="String"), dp.atom_domain(T="i64"))
+    metric = dp.l01inf_distance(dp.absolute_distance(T="i64"))
 
-    def build(threshold: int) -> tuple[dp.Measurement, bool]:
-        meas = dp.m.make_laplace_threshold(domain, metric, scale=scale, threshold=threshold)
-        spent_eps, spent_delta = meas.map((1, 1, 1))  # type: ignore[no-untyped-call]
-        ok = Decimal(str(spent_delta)) <= dlt
-        if Decimal(str(spent_eps)) > eps * _SLACK:
-            raise ValueError(f"mechanism spends epsilon {spent_eps} > {eps}")
-        return meas, ok
+    def builder(threshold: int) -> Callable[[float], dp.Measurement]:
+        return lambda scale: dp.m.make_laplace_threshold(
+            domain, metric, scale=scale, threshold=threshold)
+
+    _, scale = _fit_map(builder(1), _scale(1, eps), (1, 1, 1), eps)
+
+    def meets(threshold: int) -> bool:
+        _, map_delta = builder(threshold)(scale).map((1, 1, 1))  # type: ignore[no-untyped-call]
+        return Decimal(map_delta) <= dlt
 
     hi = 1
-    while not build(hi)[1]:
+    while not meets(hi):
         hi *= 2
         if hi > _MAX_THRESHOLD:
             raise ValueError(f"no threshold meets delta {dlt} at epsilon {eps}")
-    lo = hi // 2  # build(lo) fails, or lo == 0
+    lo = hi // 2  # meets(lo) is False, or lo == 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if build(mid)[1]:
+        if meets(mid):
             hi = mid
         else:
             lo = mid
-    return build(hi)[0], hi
+    release_threshold = hi + 1
+    true_delta = threshold_delta(scale, release_threshold)
+    if true_delta > dlt:
+        raise ValueError(f"threshold {release_threshold} spends delta {true_delta} > {dlt}")
+    return builder(release_threshold)(scale), release_threshold
 
 
 def release_lsh_counts(
@@ -212,11 +283,15 @@ def release_grid_counts(
         return Release("grid", "dense", n_cells, add_discrete_laplace(exact, 1, cost.epsilon),
                        None, cost)
     meas, _ = make_threshold_noise(cost.epsilon, cost.delta)
-    cells, values = (np.asarray(a, dtype=np.int64).tolist() for a in counts)
-    released: dict[int, int] = meas(dict(zip(cells, values, strict=True)))
-    indices = np.array(sorted(released), dtype=np.int64)
-    out = np.array([released[int(i)] for i in indices], dtype=np.int64)
-    return Release("grid", "sparse", n_cells, out, indices, cost)
+    words = key_words(n_cells)
+    keys = as_keys(counts[0], words)
+    exact = np.asarray(counts[1], dtype=np.int64).ravel()
+    if keys.shape[0] != exact.size:
+        raise ValueError("sparse grid counts: keys and counts differ in length")
+    released: dict[str, int] = meas(dict(zip(key_strings(keys), exact.tolist(), strict=True)))
+    names = sorted(released)  # fixed-width big-endian hex: string order is key order
+    out = np.array([released[k] for k in names], dtype=np.int64)
+    return Release("grid", "sparse", n_cells, out, keys_from_strings(names, words), cost)
 
 
 def release_lsh(family: LSHFamily, X: ArrayLike, epsilon: Decimal | int | str) -> Release:

@@ -97,8 +97,11 @@ class CoordinatorKit:
                     -5, 50, size=config.grid_cells)
                 grid = (None, np.asarray(vals))
             else:
-                idx = np.unique(rng.integers(0, config.grid_cells, size=8))
-                grid = (idx, rng.integers(1, 50, size=idx.size))
+                from common.cellkeys import key_words, keys_from_ints
+
+                cells = np.unique(rng.integers(0, min(config.grid_cells, 2**62), size=8))
+                idx = keys_from_ints(cells.tolist(), key_words(config.grid_cells))
+                grid = (idx, rng.integers(1, 50, size=cells.size))
             grid_enc = encode_counts(grid[1], indices=grid[0], n_cells=config.grid_cells)
         cost = config.release_cost()
         body = {

@@ -16,15 +16,16 @@ Noisy counts are clamped at 0 before the walk. Instead of enumerating the ``~(2d
 neighbour cells, scoring scans the released non-empty cells with vectorised L1 distances,
 which gives the same scores; rows sharing a cell are scored once.
 
-Private mode (``epsilon`` set, standalone ``fit``): every cell of the dense grid gets discrete
-Laplace noise of scale ``1 / epsilon`` (sensitivity 1, OpenDP via
-``common.release.add_discrete_laplace``); only grids of at most ``cell_limit`` cells. Sparse,
-thresholded releases of larger grids are ``common.release.release_grid``'s job and enter here
-through ``GridKNN.from_counts``.
+Private mode (``epsilon`` set, standalone ``fit``) releases the counts with
+``common.release.release_grid`` (sensitivity 1): up to ``cell_limit`` cells every cell of the
+dense grid gets discrete Laplace noise of scale ``1 / epsilon`` (pure epsilon-DP); a larger
+grid (e.g. the default 4 bins over many features) is released sparsely with the thresholded
+mechanism and needs ``delta`` > 0. Merged releases enter through ``GridKNN.from_counts``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Self
@@ -32,75 +33,106 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from common.cellkeys import as_keys, ints_from_keys, keys_from_ints
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
-from common.grid import GridSpec
-from common.release import add_discrete_laplace
+from common.grid import GridSpec, derive_projection
+from common.release import release_grid
 
 Counts = NDArray[np.integer[Any]] | Mapping[int, int] | tuple[ArrayLike, ArrayLike]
 _MAX_BLOCK = 4_000_000
+_CELL_BLOCK = 4096
 
 
 def _sparse(spec: GridSpec, counts: Counts) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Non-empty cells and their counts (clamped at 0, zeros dropped)."""
+    """Keys ``(K, W)`` of the cells with a positive count and their counts (clamped at 0)."""
+    words = spec.key_words
     if isinstance(counts, Mapping):
-        idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        idx = keys_from_ints((int(c) for c in counts), words)
         val = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
     elif isinstance(counts, tuple):
-        idx = np.asarray(counts[0], dtype=np.int64).ravel()
+        idx = as_keys(counts[0], words)
         val = np.asarray(counts[1], dtype=np.int64).ravel()
     else:
         dense = np.asarray(counts)
-        if dense.ndim != 1 or dense.shape[0] != spec.n_cells:
+        if words != 1 or dense.ndim != 1 or dense.shape[0] != spec.n_cells:
             raise ValueError(f"dense counts must have shape ({spec.n_cells},), got {dense.shape}")
         val = dense.astype(np.int64)
-        idx = np.arange(spec.n_cells, dtype=np.int64)
-    if idx.shape != val.shape:
-        raise ValueError("cell indices and counts differ in length")
-    if idx.size and (idx.min() < 0 or idx.max() >= spec.n_cells):
-        raise ValueError(f"cell indices must lie in [0, {spec.n_cells})")
+        idx = np.arange(spec.n_cells, dtype=np.int64).reshape(-1, 1)
+    if idx.shape != (val.size, words):
+        raise ValueError(f"expected {val.size} cell keys of {words} word(s), got {idx.shape}")
     keep = val > 0
-    return idx[keep], val[keep]
+    idx, val = idx[keep], val[keep]
+    if idx.size:
+        top = int(idx.max()) if words == 1 else max(ints_from_keys(idx))
+        if idx.min() < 0 or top >= spec.n_cells:
+            raise ValueError(f"cell indices must lie in [0, {spec.n_cells})")
+    return idx, val
+
+
+def _l1(q: NDArray[np.integer[Any]], c: NDArray[np.integer[Any]], bins: int) -> NDArray[np.int32]:
+    """L1 distances ``(len(q), len(c))`` between cell coordinates.
+
+    With many dimensions and few bins, ``|a - b| = sum_t |[a > t] - [b > t]|`` turns the
+    distance into a Hamming distance of thermometer codes, ``|A| + |B| - 2 A.B``: one float32
+    matrix product (exact: every sum stays below 2**24).
+    """
+    dims = q.shape[1]
+    if dims > 8 and dims * (bins - 1) < 2**24:
+        levels = np.arange(bins - 1)
+        qa = (q[:, :, None] > levels).reshape(q.shape[0], -1).astype(np.float32)
+        ca = (c[:, :, None] > levels).reshape(c.shape[0], -1).astype(np.float32)
+        d = qa.sum(axis=1)[:, None] + ca.sum(axis=1)[None, :] - 2 * (qa @ ca.T)
+        out: NDArray[np.int32] = np.rint(d).astype(np.int32)
+        return out
+    dist = np.zeros((q.shape[0], c.shape[0]), dtype=np.int32)
+    for i in range(dims):
+        dist += np.abs(q[:, i, None].astype(np.int32) - c[None, :, i].astype(np.int32))
+    return dist
 
 
 def knn_grid_scores(
-    query: NDArray[np.int64],
-    cells: NDArray[np.int64],
+    query: NDArray[np.integer[Any]],
+    cells: NDArray[np.integer[Any]],
     counts: NDArray[np.int64],
     *,
     k: int,
     max_depth: int,
     weighted: bool,
+    bins: int | None = None,
 ) -> NDArray[np.float64]:
     """Algorithm 1 scores of query cell coordinates ``(n, d_g)`` against ``cells`` ``(K, d_g)``.
 
-    ``counts`` are the (clamped, positive) counts of ``cells``. Vectorised in query blocks.
+    ``counts`` are the (clamped, positive) counts of ``cells``. Scans the occupied cells in
+    blocks of queries and cells, so memory stays bounded whatever ``n``, ``K`` and ``d_g``;
+    ``bins`` (the largest coordinate + 1) enables the matrix-product distance for many dims.
     """
-    n, dims = query.shape
+    n = query.shape[0]
     n_depth = max_depth + 2  # distances 0..max_depth, plus "further"
     out = np.full(n, float(max_depth + 1))
     if cells.shape[0] == 0 or n == 0:
         return out
-    q = query.astype(np.int32)
-    c = cells.astype(np.int32)
+    n_bins = bins or int(max(query.max(), cells.max())) + 1
     weights = counts.astype(np.float64)
-    block = max(1, _MAX_BLOCK // max(1, cells.shape[0]))
+    cell_block = min(cells.shape[0], _CELL_BLOCK)
+    block = max(1, _MAX_BLOCK // cell_block)
     depth = np.arange(n_depth - 1, dtype=np.float64)
     for start in range(0, n, block):
-        qb = q[start:start + block]
-        dist = np.zeros((qb.shape[0], c.shape[0]), dtype=np.int32)
-        for i in range(dims):
-            dist += np.abs(qb[:, i, None] - c[None, :, i])
-        np.minimum(dist, max_depth + 1, out=dist)
+        qb = query[start:start + block]
         rows = np.arange(qb.shape[0], dtype=np.int64)[:, None] * n_depth
-        per_depth = np.bincount(
-            (rows + dist).ravel(),
-            weights=np.broadcast_to(weights, dist.shape).ravel(),
-            minlength=qb.shape[0] * n_depth,
-        ).reshape(qb.shape[0], n_depth)[:, :-1]
-        cum = np.cumsum(per_depth, axis=1)
+        per_depth = np.zeros(qb.shape[0] * n_depth)
+        for cstart in range(0, cells.shape[0], cell_block):
+            dist = _l1(qb, cells[cstart:cstart + cell_block], n_bins)
+            np.minimum(dist, max_depth + 1, out=dist)
+            per_depth += np.bincount(
+                (rows + dist).ravel(),
+                weights=np.broadcast_to(weights[cstart:cstart + cell_block], dist.shape).ravel(),
+                minlength=qb.shape[0] * n_depth,
+            )
+        counts_at = per_depth.reshape(qb.shape[0], n_depth)[:, :-1]
+        cum = np.cumsum(counts_at, axis=1)
         if weighted:
-            before = cum - per_depth
-            taken = np.clip(k - before, 0.0, per_depth)
+            before = cum - counts_at
+            taken = np.clip(k - before, 0.0, counts_at)
             missing = k - taken.sum(axis=1)
             out[start:start + block] = (taken @ depth + missing * (max_depth + 1)) / k
         else:
@@ -128,10 +160,18 @@ class GridKNN(BaseDetector):
         Public bounds; required when ``epsilon`` is set, else the data's min/max (local only).
     features : tuple of int, optional
         Columns the grid uses (all when ``None``).
+    projection : int, optional
+        Build the grid over this many random ``+-1`` projections of the used features
+        (``common.grid.derive_projection``), derived from ``seed``, never from the data.
+    seed : bytes or hex str, optional
+        Public seed of the projection (a study's ``lsh.seed``); ``None`` derives one from
+        ``random_state``.
     epsilon : Decimal | int | str, optional
-        Privacy budget of a dense release (noise scale ``1 / epsilon``); ``None``: exact.
+        Privacy budget of the release (noise scale ``1 / epsilon``); ``None``: exact counts.
+    delta : Decimal | str, optional
+        Delta of a sparse release (grids of more than ``cell_limit`` cells); 0/None: dense only.
     cell_limit : int
-        Largest grid released densely; a larger private grid is refused here.
+        Largest grid released densely.
     contamination : float
     random_state : int, optional
         Accepted for the PyOD contract; the noise comes from OpenDP's secure source.
@@ -154,7 +194,10 @@ class GridKNN(BaseDetector):
         lo: ArrayLike | None = None,
         hi: ArrayLike | None = None,
         features: tuple[int, ...] | None = None,
+        projection: int | None = None,
+        seed: bytes | str | None = None,
         epsilon: Decimal | int | str | None = None,
+        delta: Decimal | str | None = None,
         cell_limit: int = 1_000_000,
         contamination: float = 0.1,
         random_state: int | None = None,
@@ -167,7 +210,10 @@ class GridKNN(BaseDetector):
         self.lo = lo
         self.hi = hi
         self.features = features
+        self.projection = projection
+        self.seed = seed
         self.epsilon = epsilon
+        self.delta = delta
         self.cell_limit = cell_limit
         self.random_state = random_state
 
@@ -178,6 +224,16 @@ class GridKNN(BaseDetector):
         if self.max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
 
+    def _projection(self, d: int) -> NDArray[np.float64] | None:
+        if self.projection is None:
+            return None
+        if self.seed is None:
+            seed = hashlib.sha256(f"fedod-grid-knn/{self.random_state or 0}".encode()).digest()
+        else:
+            seed = bytes.fromhex(self.seed) if isinstance(self.seed, str) else self.seed
+        d_used = d if self.features is None else len(self.features)
+        return derive_projection(seed, d_used, int(self.projection))
+
     def _spec(self, X: NDArray[np.float64]) -> GridSpec:
         if self.lo is None or self.hi is None:
             if self.epsilon is not None:
@@ -187,8 +243,9 @@ class GridKNN(BaseDetector):
                 )
             lo = X.min(axis=0)
             hi = np.where(X.max(axis=0) > lo, X.max(axis=0), lo + 1.0)
-            return GridSpec(lo, hi, self.bins, self.features)
-        return GridSpec(self.lo, self.hi, self.bins, self.features)
+        else:
+            lo, hi = np.asarray(self.lo), np.asarray(self.hi)
+        return GridSpec(lo, hi, self.bins, self.features, self._projection(X.shape[1]))
 
     def fit(self, X: ArrayLike, y: Any = None) -> Self:
         """Count ``X`` in the grid (noised when private); returns ``self``."""
@@ -199,13 +256,15 @@ class GridKNN(BaseDetector):
         if self.epsilon is None:
             counts = spec.occupied(arr)
         else:
-            if spec.n_cells > self.cell_limit:
+            sparse = spec.n_cells > self.cell_limit
+            if sparse and not self.delta:
                 raise ValueError(
-                    f"grid has {spec.n_cells} cells > cell_limit {self.cell_limit}; a sparse"
-                    " release needs the thresholded mechanism (common.release.release_grid),"
-                    " then GridKNN.from_counts"
+                    f"grid has {spec.n_cells} cells > cell_limit {self.cell_limit}, so it is"
+                    " released sparsely (thresholded) and needs delta > 0, e.g. '1e-6'"
                 )
-            counts = add_discrete_laplace(spec.dense_counts(arr), 1, self.epsilon)
+            out = release_grid(spec, arr, self.epsilon, (self.delta or 0) if sparse else 0,
+                               self.cell_limit)
+            counts = out.values if out.indices is None else (out.indices, out.values)
         self._set_model(spec, counts)
         self._calibrate_later(arr)
         return self
@@ -240,13 +299,16 @@ class GridKNN(BaseDetector):
         self.spec_ = spec
         self.cells_ = cells
         self.cell_counts_ = values
-        self.cell_coords_ = spec.coords_of(cells)
+        coords = spec.coords_of(cells)
+        small: NDArray[np.integer[Any]] = coords.astype(np.uint8 if spec.bins <= 256 else np.uint16)
+        self.cell_coords_ = small
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Algorithm 1 score of each row; higher = more outlying, at most ``max_depth + 1``."""
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
-        cells, inverse = np.unique(self.spec_.cell_index(self._check_input(X)), return_inverse=True)
-        scores = knn_grid_scores(self.spec_.coords_of(cells), self.cell_coords_, self.cell_counts_,
-                                 k=self.k, max_depth=self.max_depth, weighted=self.weighted)
-        return scores[inverse.ravel()]
+        cells, _, inverse = self.spec_.unique_coords(self._check_input(X))
+        scores = knn_grid_scores(cells, self.cell_coords_, self.cell_counts_, k=self.k,
+                                 max_depth=self.max_depth, weighted=self.weighted,
+                                 bins=self.spec_.bins)
+        return scores[inverse]

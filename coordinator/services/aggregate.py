@@ -8,6 +8,7 @@ from threading import Lock
 import numpy as np
 from numpy.typing import NDArray
 
+from common.cellkeys import key_words
 from common.config import StudyConfig
 from common.encoding import EncodedCounts, encode_counts
 from common.merge import merge_sparse, merge_sum
@@ -34,7 +35,8 @@ def grid_sum(aggregate: Aggregate, config: StudyConfig) -> Decoded | None:
         return None
     if config.grid_layout == "dense":
         return None, _array(aggregate.grid_values, config.grid_cells)
-    return _array(aggregate.grid_indices), _array(aggregate.grid_values)
+    words = key_words(config.grid_cells)  # sparse keys: rows of `words` int64 words
+    return _array(aggregate.grid_indices).reshape(-1, words), _array(aggregate.grid_values)
 
 
 def add_release(

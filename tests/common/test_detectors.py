@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-import common.detectors.grid_knn as grid_knn_module
 import common.detectors.lsh_itables as lsh_module
+import common.release as release_module
 from common.detectors import BaseDetector, GridKNN, LSHiTables, NotFittedError
 from common.detectors.grid_knn import knn_grid_scores
 from common.detectors.lsh_itables import _subsample_histogram, cell_scores
@@ -175,11 +175,11 @@ def test_grid_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
         assert counts.shape == (4**3,)  # dense: empty cells are noised too
         return add_discrete_laplace(counts, sensitivity, epsilon)
 
-    monkeypatch.setattr(grid_knn_module, "add_discrete_laplace", spy)
+    monkeypatch.setattr(release_module, "add_discrete_laplace", spy)
     X = blobs()
     exact = GridKNN(lo=np.zeros(3), hi=np.ones(3)).fit(X)
     noisy = GridKNN(lo=np.zeros(3), hi=np.ones(3), epsilon="0.5").fit(X)
-    assert calls == [(1, "0.5")]
+    assert calls == [(1, Decimal("0.5"))]
     assert not np.array_equal(noisy.cells_, exact.cells_) or not np.array_equal(
         noisy.cell_counts_, exact.cell_counts_)
     assert np.all(noisy.cell_counts_ > 0)

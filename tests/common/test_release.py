@@ -16,7 +16,13 @@ from common.budget import PrivacyBudget
 from common.encoding import decode_counts, encode_release
 from common.grid import GridSpec
 from common.hashing import derive_lsh_family
-from common.release import Release, make_threshold_noise, release_grid, release_lsh
+from common.release import (
+    Release,
+    make_threshold_noise,
+    release_grid,
+    release_lsh,
+    threshold_delta,
+)
 
 ALPHA = 1e-4
 """Significance of the calibration tests: a correct sampler fails once in 10 000 runs."""
@@ -120,8 +126,9 @@ def test_sparse_grid_thresholds() -> None:
     assert out.layout == "sparse" and out.cost == PrivacyBudget(1, "1e-6")
     assert out.indices is not None
     big = int(spec.cell_index(data[:1])[0])
-    assert big in out.indices.tolist() and set(out.indices.tolist()) <= set(spec.counts(data))
-    assert abs(int(out.values[out.indices.tolist().index(big)]) - 1000) < 30
+    cells = out.indices[:, 0].tolist()
+    assert big in cells and set(cells) <= set(spec.counts(data))
+    assert abs(int(out.values[cells.index(big)]) - 1000) < 30
     idx, vals = decode_counts(encode_release(out), expected_cells=1000)
     assert idx is not None
     np.testing.assert_array_equal(idx, out.indices)
@@ -131,26 +138,34 @@ def test_sparse_grid_thresholds() -> None:
 
 
 @pytest.mark.parametrize(("epsilon", "delta"), [("1", "1e-6"), ("0.1", "1e-9"), ("5", "1e-3")])
-def test_threshold_is_smallest_meeting_delta(epsilon: str, delta: str) -> None:
-    meas, threshold = make_threshold_noise(epsilon, delta)
-    spent_eps, spent_delta = meas.map((1, 1, 1))
-    assert spent_eps <= float(epsilon) * (1 + 1e-9) and spent_delta <= float(delta)
-    if threshold > 1:
-        import opendp.prelude as dp
+def test_threshold_is_one_above_the_smallest_meeting_delta_by_the_map(
+    epsilon: str, delta: str
+) -> None:
+    """OpenDP's map states P(Z >= T) but the mechanism's true delta is P(Z >= T - 1)
+    (opendp#2922): the release threshold is one above the smallest T the map accepts."""
+    import opendp.prelude as dp
 
-        looser = dp.m.make_laplace_threshold(
-            dp.map_domain(dp.atom_domain(T=int), dp.atom_domain(T=int)),
-            dp.l01inf_distance(dp.absolute_distance(T=int)),
-            scale=1 / float(epsilon),
-            threshold=threshold - 1,
-        )
-        assert looser.map((1, 1, 1))[1] > float(delta)
+    meas, threshold = make_threshold_noise(epsilon, delta)
+    spent_eps, _ = meas.map((1, 1, 1))
+    assert Decimal(spent_eps) <= Decimal(epsilon)
+
+    def map_delta(t: int) -> float:
+        m = dp.m.make_laplace_threshold(
+            dp.map_domain(dp.atom_domain(T="String"), dp.atom_domain(T="i64")),
+            dp.l01inf_distance(dp.absolute_distance(T="i64")), scale=1 / spent_eps, threshold=t)
+        return float(m.map((1, 1, 1))[1])
+
+    assert map_delta(threshold - 1) <= float(delta) < map_delta(threshold - 2)
+    exact = threshold_delta(1 / spent_eps, threshold)
+    assert exact <= Decimal(delta) < threshold_delta(1 / spent_eps, threshold - 1)
+    # the exact formula at the release threshold equals the map one below it
+    assert float(exact) == pytest.approx(map_delta(threshold - 1), rel=1e-9)
 
 
 def test_release_validates_shape() -> None:
     with pytest.raises(ValueError, match="dense release needs"):
         Release("lsh", "dense", 3, np.zeros(2, np.int64), None, PrivacyBudget(1))
-    with pytest.raises(ValueError, match="increase"):
+    with pytest.raises(ValueError, match="increasing"):
         Release("grid", "sparse", 3, np.zeros(2, np.int64), np.array([2, 1]), PrivacyBudget(1))
 
 
@@ -163,4 +178,20 @@ def test_release_from_accumulated_counts_checks_shape_and_carries_cost() -> None
         release_grid_counts(np.zeros(7, dtype=np.int64), 8, "1")
     sparse = release_grid_counts((np.array([3, 5]), np.array([500, 1])), 10**12, "1", "1e-6")
     assert sparse.layout == "sparse" and sparse.cost == PrivacyBudget("1", "1e-6")
-    assert 5 not in sparse.indices.tolist()  # a single record is below the threshold
+    assert 5 not in sparse.indices[:, 0].tolist()  # a single record is below the threshold
+
+
+@pytest.mark.parametrize("epsilon", ["0.1", "0.3", "0.7", "1.1", "0.000000001", "3"])
+@pytest.mark.parametrize("sensitivity", [1, 3, 100])
+def test_count_noise_never_charges_less_than_the_map(epsilon: str, sensitivity: int) -> None:
+    """The scale is rounded up, so OpenDP's map (rounded up itself) stays within epsilon
+    exactly: no float slack between what is spent and what is charged (issue 15, low)."""
+    meas = rel.make_count_noise(sensitivity, epsilon)
+    assert Decimal(meas.map(sensitivity)) <= Decimal(epsilon)
+    assert Decimal(meas.map(sensitivity)) >= Decimal(epsilon) * (1 - Decimal("1e-12"))
+
+
+@pytest.mark.parametrize("epsilon", ["0.1", "0.3", "1.1", "3"])
+def test_threshold_noise_never_charges_less_than_the_map(epsilon: str) -> None:
+    meas, _ = make_threshold_noise(epsilon, "1e-6")
+    assert Decimal(meas.map((1, 1, 1))[0]) <= Decimal(epsilon)
