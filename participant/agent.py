@@ -27,6 +27,7 @@ from common.errors import ConfigError, SignatureInvalid
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
+from participant.dataset import DatasetSource, open_source
 from participant.ledger import Ledger
 from participant.state import Enrolment, StateDir, check_study_id, write_private
 
@@ -44,13 +45,22 @@ class DataOptions:
     on_out_of_bounds: str = "clip"
     chunk_rows: int = 65_536
     progress: bool = False
+    engine: str = "inprocess"  # or "dask" (participant.engine_dask)
+    scheduler: str | None = None  # Dask scheduler address; None: start a LocalCluster
 
-    def source(self, path: str | Path, config: StudyConfig) -> DataSource:
+    def source(self, path: str | Path, config: StudyConfig) -> DataSource | DatasetSource:
+        """A file's :class:`DataSource`, or a :class:`DatasetSource` for a directory or glob."""
         spec = DataSpec.from_config(
             config, id_column=self.id_column, ignore=self.ignore,
             on_out_of_bounds=self.on_out_of_bounds,
         )
-        return DataSource(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
+        return open_source(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
+
+    def engine_kw(self) -> dict[str, Any]:
+        """Keyword arguments for the engine's functions (``scheduler`` for Dask)."""
+        if self.engine not in ("inprocess", "dask"):
+            raise ValueError(f"unknown engine {self.engine!r}; use 'inprocess' or 'dask'")
+        return {"scheduler": self.scheduler} if self.engine == "dask" else {}
 
 
 @dataclass(frozen=True)
@@ -157,7 +167,7 @@ class Agent:
         write_private(self.state.study_dir(study) / "config.json", text.encode())
         return config, signed
 
-    def check_data(self, study: str, path: str | Path, options: DataOptions) -> DataSource:
+    def check_data(self, study: str, path: str | Path, options: DataOptions) -> DataSource | DatasetSource:
         """Read and check the whole file against the study schema (nothing is sent)."""
         config, _ = self.fetch_config(study)
         source = options.source(path, config)
@@ -181,9 +191,11 @@ class Agent:
             ledger.check(config.release_cost(), enrolment.cap)
             source = options.source(path, config)
             grid = config.grid_spec()
-            exact = rel.exact_histograms(
-                source, config.lsh_family(), grid, dense_grid=config.grid_layout == "dense"
-            )
+            histograms = rel.exact_histograms
+            if options.engine == "dask":
+                from participant.engine_dask import exact_histograms as histograms
+            exact = histograms(source, config.lsh_family(), grid,
+                               dense_grid=config.grid_layout == "dense", **options.engine_kw())
             if source.report.rows == 0:
                 raise ValueError(f"{path}: no records; nothing to release")
             result = rel.release_and_send(
@@ -216,13 +228,17 @@ class Agent:
         from participant.model import fetch_model, model_detectors
         from participant.scoring import score_source
 
+        engine_kw = options.engine_kw()
+        if options.engine == "dask":
+            from participant.engine_dask import score_dataset as score_source
+
         with self.client() as client:
             config, _ = self.fetch_config(study, client)
             model = fetch_model(self.state, client, study, config)
         detectors = model_detectors(config, model)
         summary = score_source(
             options.source(path, config), detectors, output,
-            contamination=contamination, top_k=top_k, progress=options.progress,
+            contamination=contamination, top_k=top_k, progress=options.progress, **engine_kw,
         )
         return summary, model
 
