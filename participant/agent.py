@@ -167,7 +167,9 @@ class Agent:
         write_private(self.state.study_dir(study) / "config.json", text.encode())
         return config, signed
 
-    def check_data(self, study: str, path: str | Path, options: DataOptions) -> DataSource | DatasetSource:
+    def check_data(
+        self, study: str, path: str | Path, options: DataOptions
+    ) -> DataSource | DatasetSource:
         """Read and check the whole file against the study schema (nothing is sent)."""
         config, _ = self.fetch_config(study)
         source = options.source(path, config)
@@ -191,11 +193,13 @@ class Agent:
             ledger.check(config.release_cost(), enrolment.cap)
             source = options.source(path, config)
             grid = config.grid_spec()
-            histograms = rel.exact_histograms
-            if options.engine == "dask":
-                from participant.engine_dask import exact_histograms as histograms
-            exact = histograms(source, config.lsh_family(), grid,
-                               dense_grid=config.grid_layout == "dense", **options.engine_kw())
+            dense, engine_kw = config.grid_layout == "dense", options.engine_kw()
+            if engine_kw:
+                from participant.engine_dask import exact_histograms as on_dask
+
+                exact = on_dask(source, config.lsh_family(), grid, dense_grid=dense, **engine_kw)
+            else:
+                exact = rel.exact_histograms(source, config.lsh_family(), grid, dense_grid=dense)
             if source.report.rows == 0:
                 raise ValueError(f"{path}: no records; nothing to release")
             result = rel.release_and_send(
@@ -229,7 +233,7 @@ class Agent:
         from participant.scoring import score_source
 
         engine_kw = options.engine_kw()
-        if options.engine == "dask":
+        if engine_kw:
             from participant.engine_dask import score_dataset as score_source
 
         with self.client() as client:

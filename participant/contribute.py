@@ -18,6 +18,7 @@ machine; never row counts, clipping counts or any other statistic of the local d
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from common.merge import merge_sparse
 from common.release import Release, release_grid_counts, release_lsh_counts
 from common.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.data import DataSource
+from participant.data import Chunk
 from participant.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
 
@@ -58,7 +59,7 @@ class ExactCounts:
 
 
 def exact_histograms(
-    source: DataSource, family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
+    source: Iterable[Chunk], family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
 ) -> ExactCounts:
     """Histograms are additive: accumulate them chunk by chunk with bounded memory."""
     out = ExactCounts(lsh=np.zeros(family.n_cells, dtype=np.int64))

@@ -1,3 +1,4 @@
+# mypy: disallow-untyped-calls=False
 """The Dask engine: exact histograms and scores of a many-file dataset on a Dask cluster.
 
 Every file of the dataset (``participant.dataset``) is one partition, read and checked on a
@@ -85,13 +86,14 @@ def add_partials(*parts: Partial) -> Partial:
         total.lsh += counts.lsh
         if total.grid_dense is not None and counts.grid_dense is not None:
             total.grid_dense += counts.grid_dense
-        elif total.grid_cells is not None and counts.grid_cells is not None:
+        elif counts.grid_cells is not None and counts.grid_counts is not None:
+            assert total.grid_cells is not None and total.grid_counts is not None
             total.grid_cells, total.grid_counts = merge_sparse(
                 total.grid_cells, total.grid_counts, counts.grid_cells, counts.grid_counts)
     return total, merge_reports(parts[0][1].path, [r for _, r in parts])
 
 
-def first_error(futures: Sequence[Future]) -> None:
+def first_error(futures: Sequence[Future[Any]]) -> None:
     """Wait for every partition; raise the error of the first failed one in file order
     (the one the in-process engine, reading the files in that order, would raise)."""
     wait(futures)
@@ -100,13 +102,15 @@ def first_error(futures: Sequence[Future]) -> None:
             future.result()
 
 
-def tree_sum(client: Client, futures: Sequence[Future], split_every: int = SPLIT_EVERY) -> Any:
+def tree_sum(client: Client, futures: Sequence[Future[Any]],
+             split_every: int = SPLIT_EVERY) -> Partial:
     """Reduce futures with :func:`add_partials`, ``split_every`` at a time, level by level."""
     level = list(futures)
     while len(level) > 1:
         level = [client.submit(add_partials, *level[i:i + split_every], pure=False)
                  for i in range(0, len(level), split_every)]
-    return level[0].result()
+    result: Partial = level[0].result()
+    return result
 
 
 def exact_histograms(

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 from scipy.stats import rankdata
 
 from participant.data import DataSource
+from participant.dataset import DatasetSource
 from participant.progress import Progress
 
 WRITE_ROWS = 262_144
@@ -82,7 +83,7 @@ def _is_parquet(path: Path) -> bool:
 
 
 def score_source(
-    source: DataSource,
+    source: DataSource | DatasetSource,
     detectors: Mapping[str, Detector],
     output: str | Path,
     *,
