@@ -20,7 +20,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,12 +30,14 @@ from common.encoding import encode_release
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
-from common.release import Release, release_grid_counts, release_lsh_counts
 from common.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data import Chunk
 from participant.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
+
+if TYPE_CHECKING:  # OpenDP takes ~1 s to import: only where noise is drawn, not on workers
+    from common.release import Release
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ def exact_histograms(
 
 def noisy_releases(config: StudyConfig, exact: ExactCounts) -> tuple[Release, Release | None]:
     """Draw the noise, once. Only called after the ledger has reserved the cost."""
+    from common.release import release_grid_counts, release_lsh_counts
+
     p = config.privacy
     lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables, p.epsilon_lsh)
     grid = None
