@@ -20,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from distributed import Client, LocalCluster, WorkerPlugin
+from distributed import Client, WorkerPlugin
 
 from participant import contribute as rel
 from participant.agent import Agent, DataOptions
 from participant.dataset import open_source
+from participant.engine_dask import local_cluster
 
 FEATURES = [{"name": n, "lo": -4.0, "hi": 4.0} for n in ("x", "y", "z", "w")]
 
@@ -64,8 +65,7 @@ def write_dataset(folder: Path) -> None:
 
 @pytest.fixture
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as local:
+    with local_cluster(n_workers=2, security=False) as local:
         yield local
 
 

@@ -22,10 +22,7 @@ FEATURES = ("a", "b", "c")
 
 @pytest.fixture(scope="module")
 def scheduler():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster:
+    with engine_dask.local_cluster(n_workers=2, security=False) as cluster:
         yield cluster.scheduler_address
 
 
