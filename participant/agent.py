@@ -173,6 +173,10 @@ class Agent:
         """Read and check the whole file against the study schema (nothing is sent)."""
         config, _ = self.fetch_config(study)
         source = options.source(path, config)
+        if options.engine_kw():
+            from participant.engine_dask import check_dataset
+
+            return check_dataset(source, **options.engine_kw())
         for _ in source:
             pass
         return source

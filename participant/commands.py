@@ -193,7 +193,8 @@ def _score_args(p: argparse.ArgumentParser) -> None:
     _data_args(p)
     p.add_argument("--output", "-o", required=True, metavar="FILE",
                    help="output .csv or .parquet: key, per-detector scores, outlier_score, "
-                        "rank, outlier")
+                        "rank, outlier (--engine dask: a new directory *.parquet holding one "
+                        "Parquet file per partition)")
     flag = p.add_mutually_exclusive_group()
     flag.add_argument("--contamination", type=float, metavar="FRACTION",
                       help="flag this fraction of records (default: 0.05)")

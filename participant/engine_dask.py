@@ -145,6 +145,24 @@ def exact_histograms(
     return counts
 
 
+def partition_report(file: Path, spec: DataSpec, chunk_rows: int) -> DataReport:
+    """Read and check one partition; only its local report comes back."""
+    source = DataSource(file, spec, chunk_rows=chunk_rows)
+    for _ in source:
+        pass
+    return source.report
+
+
+def check_dataset(source: Source, *, scheduler: str | None = None) -> Source:
+    """Check every partition against the study schema on the cluster; sets ``source.report``."""
+    with dask_client(scheduler) as client:
+        parts = client.map(partition_report, _files(source), spec=source.spec,
+                           chunk_rows=source.chunk_rows, pure=False)
+        first_error(parts)
+        source.report = merge_reports(str(source.path), client.gather(parts))
+    return source
+
+
 def partition_scores(file: Path, spec: DataSpec, chunk_rows: int,
                      detectors: Mapping[str, Detector]) -> tuple[pd.DataFrame, DataReport]:
     """Every detector's score for each record of one partition (plus its key column)."""

@@ -65,6 +65,10 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     assert not [r for r in recording_proxy.requests if r[0] == "POST"]
 
     pq.write_table(table, data / "part-1.parquet")
+    checked = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask",
+                      "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["rows"] == sum(SIZES)
     sent = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                    "--json")
     assert sent.returncode == 0, sent.stderr
