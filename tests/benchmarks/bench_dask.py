@@ -142,7 +142,8 @@ def mib(n: float | None) -> str:
     return "-" if n is None else f"{n / 2**20:,.0f}"
 
 
-def estimate(per_partition: float, rows_per_partition: int, cells: int) -> list[str]:
+def estimate(per_partition: float, rows_per_partition: int, cells: int,
+             features: int = 20) -> list[str]:
     """Paper estimate for 10^9 records: perfect parallelism over partitions plus a tree
     reduction of 8-way sums of the histogram vector over a 1 Gbit/s network."""
     total = 10**9
@@ -150,6 +151,8 @@ def estimate(per_partition: float, rows_per_partition: int, cells: int) -> list[
     hist_bytes = cells * 8 + 8 * 5**4
     lines = [f"per-partition cost on one worker: {per_partition:.2f} s for "
              f"{rows_per_partition:,} records = {per_record * 1e6:.2f} us/record",
+             f"input a core consumes: {8 * features / per_record / 1e6:.0f} MB/s of float64 "
+             f"values (below that the storage, not the CPU, sets the pace)",
              f"histogram vector {hist_bytes / 2**20:.1f} MiB; one 8-way reduction step "
              f"moves 8 of them: {8 * hist_bytes / 125e6:.2f} s at 1 Gbit/s",
              "| machines x cores | partitions of 1M | compute | reduction levels | "

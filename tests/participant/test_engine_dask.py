@@ -128,3 +128,12 @@ def test_scores_equal_the_in_process_scores(tmp_path, scheduler):
     with pytest.raises(ValueError, match="exists"):
         engine_dask.score_dataset(open_source(folder, spec), detectors, dask_out,
                                   scheduler=scheduler)
+
+
+def test_scheduler_without_the_dask_engine_is_a_usage_error(tmp_path, capsys):
+    from participant.cli import main
+
+    code = main(["--state", str(tmp_path / "state"), "check-data", "s", str(tmp_path / "d.csv"),
+                 "--scheduler", "tls://10.0.0.5:8786"])
+    assert code == 2
+    assert "--scheduler needs --engine dask" in capsys.readouterr().err
