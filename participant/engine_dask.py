@@ -60,9 +60,10 @@ def local_cluster(**kw: Any) -> LocalCluster:
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
     options: dict[str, Any] = dict(processes=True, threads_per_worker=1, host="127.0.0.1",
-                                   dashboard_address=None, security=Security.temporary())
-    options.update(kw)
-    if options["security"] is False:
+                                   dashboard_address=None, **kw)
+    if "security" not in options:
+        options["security"] = Security.temporary()
+    elif options["security"] is False:
         del options["security"]
     with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
         return LocalCluster(**options)
@@ -72,7 +73,12 @@ def local_cluster(**kw: Any) -> LocalCluster:
 def dask_client(scheduler: str | None = None, **cluster: Any) -> Iterator[Client]:
     """A client of the cluster at ``scheduler``, or of a new :func:`local_cluster`."""
     if scheduler is not None:
-        with Client(scheduler) as client:
+        try:
+            connected = Client(scheduler)
+        except (OSError, TypeError, ValueError) as exc:  # unreachable, refused, TLS mismatch
+            raise OSError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}; check "
+                          "--scheduler and the cluster's TLS settings (docs/DASK.md)") from exc
+        with connected as client:
             yield client
         return
     with local_cluster(**cluster) as local, Client(local) as client:

@@ -137,3 +137,19 @@ def test_scheduler_without_the_dask_engine_is_a_usage_error(tmp_path, capsys):
                  "--scheduler", "tls://10.0.0.5:8786"])
     assert code == 2
     assert "--scheduler needs --engine dask" in capsys.readouterr().err
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(tmp_path):
+    import socket
+
+    import dask
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    config = config_for("dense")
+    source = DatasetSource(write_dataset(tmp_path / "ds"), DataSpec.from_config(config))
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+            pytest.raises(OSError, match="cannot connect to the Dask scheduler at tcp://127"):
+        engine_dask.exact_histograms(source, config.lsh_family(), config.grid_spec(),
+                                     dense_grid=True, scheduler=address)
