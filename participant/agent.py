@@ -14,6 +14,7 @@ a send slot that does not depend on the data; a stored release is re-sent unchan
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, v
 from participant import policy
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
+from participant.dataset import DatasetSource, open_source
 from participant.ledger import Ledger
 from participant.state import (
     DEFAULT_MAX_RELEASE_EPSILON,
@@ -59,15 +61,31 @@ class DataOptions:
     chunk_rows: int = 65_536
     progress: bool = False
     rows_per_id: int | None = None
+    engine: str = "inprocess"  # or "dask" (participant.engine_dask)
+    scheduler: str | None = None  # Dask scheduler address; None: start a LocalCluster
 
     def source(self, path: str | Path, config: StudyConfig, *, release: bool = False
-               ) -> DataSource:
+               ) -> DataSource | DatasetSource:
+        """A file's :class:`DataSource`, or a :class:`DatasetSource` for a directory or glob."""
         spec = DataSpec.from_config(
             config, id_column=self.id_column, ignore=self.ignore,
             on_out_of_bounds=self.on_out_of_bounds,
             rows_per_id=self.rows_per_id if release else None,
         )
-        return DataSource(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
+        source = open_source(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
+        if spec.rows_per_id is not None and (
+            isinstance(source, DatasetSource) or self.engine != "inprocess"
+        ):
+            raise ValueError("--rows-per-id counts a person's rows within one file; give a "
+                             "single file with the in-process engine (rows of one person in "
+                             "several files or partitions would not be capped)")
+        return source
+
+    def engine_kw(self) -> dict[str, Any]:
+        """Keyword arguments for the engine's functions (``scheduler`` for Dask)."""
+        if self.engine not in ("inprocess", "dask"):
+            raise ValueError(f"unknown engine {self.engine!r}; use 'inprocess' or 'dask'")
+        return {"scheduler": self.scheduler} if self.engine == "dask" else {}
 
 
 @dataclass(frozen=True)
@@ -194,10 +212,16 @@ class Agent:
         write_private(self.state.study_dir(study) / "config.json", text.encode())
         return config, signed
 
-    def check_data(self, study: str, path: str | Path, options: DataOptions) -> DataSource:
+    def check_data(
+        self, study: str, path: str | Path, options: DataOptions
+    ) -> DataSource | DatasetSource:
         """Read and check the whole file against the study schema (nothing is sent)."""
         config, _ = self.fetch_config(study)
         source = options.source(path, config)
+        if options.engine_kw():
+            from participant.engine_dask import check_dataset
+
+            return check_dataset(source, **options.engine_kw())
         for _ in source:
             pass
         return source
@@ -237,6 +261,7 @@ class Agent:
             entry, substitute = rel.make_release(
                 self.state, ledger, study=study, config=config, config_digest=signed.digest(),
                 source=source, cap=enrolment.cap, rows_per_id=options.rows_per_id,
+                counter=self._counter(options),
             )
             send_at, slots = policy.send_schedule(anchor, send_slot, self.clock())
             if (wait := send_at - self.clock()) > 0:
@@ -247,10 +272,20 @@ class Agent:
             return ContributeOutcome([result], source.report.clipped, ledger.spent(),
                                      enrolment.cap, source.report.dropped, slots)
 
+    @staticmethod
+    def _counter(options: DataOptions) -> Callable[..., Any] | None:
+        """The exact-histogram function of the chosen engine (None: in-process)."""
+        engine_kw = options.engine_kw()
+        if not engine_kw:
+            return None
+        from participant.engine_dask import exact_histograms as on_dask
+
+        return functools.partial(on_dask, **engine_kw)
+
     def _checked_source(
         self, study: str, path: str | Path, options: DataOptions, config: StudyConfig,
         enrolment: Enrolment, approve_schema: bool,
-    ) -> DataSource:
+    ) -> DataSource | DatasetSource:
         """Every check a release passes before reading a record (participant.policy)."""
         policy.check_release_options(config, on_out_of_bounds=options.on_out_of_bounds,
                                      id_column=options.id_column,
@@ -287,13 +322,17 @@ class Agent:
         from participant.model import fetch_model, model_detectors
         from participant.scoring import score_source
 
+        engine_kw = options.engine_kw()
+        if engine_kw:
+            from participant.engine_dask import score_dataset as score_source
+
         with self.client() as client:
             config, _ = self.fetch_config(study, client)
             model = fetch_model(self.state, client, study, config)
         detectors = model_detectors(config, model)
         summary = score_source(
             options.source(path, config), detectors, output,
-            contamination=contamination, top_k=top_k, progress=options.progress,
+            contamination=contamination, top_k=top_k, progress=options.progress, **engine_kw,
         )
         return summary, model
 

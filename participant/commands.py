@@ -22,7 +22,8 @@ def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
 
 def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", help="study id")
-    p.add_argument("data", help="local records, .csv or .parquet")
+    p.add_argument("data", help="local records: a .csv or .parquet file, or a directory or "
+                                "glob of them (a dataset; each file is one partition)")
     p.add_argument("--id-column", metavar="NAME",
                    help="record-key column (kept for the score output, never sent)")
     p.add_argument("--ignore-column", metavar="NAME", action="append", default=[],
@@ -35,6 +36,13 @@ def _data_args(p: argparse.ArgumentParser) -> None:
                         "(default: clip)")
     p.add_argument("--chunk-rows", type=int, default=65_536, metavar="N",
                    help="records per chunk; bounds memory use (default: 65536)")
+    p.add_argument("--engine", choices=("inprocess", "dask"), default="inprocess",
+                   help="inprocess: read the data here, chunk by chunk (default); dask: one "
+                        "partition per file of a dataset directory or glob, on a Dask cluster "
+                        "(see docs/DASK.md)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="Dask scheduler address, e.g. tls://10.0.0.5:8786 (default with "
+                        "--engine dask: start a LocalCluster on this machine)")
 
 
 def _release_args(p: argparse.ArgumentParser) -> None:
@@ -52,8 +60,11 @@ def _release_args(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> DataOptions:
+    if args.scheduler and args.engine != "dask":
+        raise ValueError("--scheduler needs --engine dask")
     return DataOptions(args.id_column, tuple(args.ignore_column), args.out_of_bounds,
-                       args.chunk_rows, args.progress, getattr(args, "rows_per_id", None))
+                       args.chunk_rows, args.progress, getattr(args, "rows_per_id", None),
+                       args.engine, args.scheduler)
 
 
 def _clipped(clipped: dict[str, int]) -> str:
@@ -221,7 +232,8 @@ def _score_args(p: argparse.ArgumentParser) -> None:
     _data_args(p)
     p.add_argument("--output", "-o", required=True, metavar="FILE",
                    help="output .csv or .parquet: key, per-detector scores, outlier_score, "
-                        "rank, outlier")
+                        "rank, outlier (--engine dask: a new directory *.parquet holding one "
+                        "Parquet file per partition)")
     flag = p.add_mutually_exclusive_group()
     flag.add_argument("--contamination", type=float, metavar="FRACTION",
                       help="flag this fraction of records (default: 0.05)")

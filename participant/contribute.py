@@ -33,8 +33,9 @@ machine; never row counts, clipping counts or any other statistic of the local d
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,17 +47,14 @@ from common.errors import InvalidInput
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
-from common.release import (
-    Release,
-    add_discrete_laplace,
-    release_grid_counts,
-    release_lsh_counts,
-)
 from common.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.data import DataSource
+from participant.data import Chunk
 from participant.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
+
+if TYPE_CHECKING:  # OpenDP takes ~1 s to import: only where noise is drawn, not on workers
+    from common.release import Release
 
 
 class ReleaseSubstituted(InvalidInput):
@@ -94,7 +92,7 @@ class ExactCounts:
 
 
 def exact_histograms(
-    source: DataSource, family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
+    source: Iterable[Chunk], family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
 ) -> ExactCounts:
     """Histograms are additive: accumulate them chunk by chunk with bounded memory."""
     out = ExactCounts(lsh=np.zeros(family.n_cells, dtype=np.int64))
@@ -130,6 +128,13 @@ def noisy_releases(
 ) -> tuple[Release, Release | None]:
     """Draw the noise, once, scaled for ``rows_per_id`` rows per person (module docstring).
     Only called after the ledger has reserved the cost."""
+    from common.release import (
+        Release,
+        add_discrete_laplace,
+        release_grid_counts,
+        release_lsh_counts,
+    )
+
     p, n = config.privacy, rows_per_id or 1
     lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables * n, p.epsilon_lsh)
     grid = None
@@ -189,17 +194,20 @@ def recover(state: StateDir, ledger: Ledger) -> None:
                     detail=None if stored else "agent stopped before the body was stored")
 
 
+Counter = Callable[..., ExactCounts]
+
+
 def release_body(
-    key: str, config: StudyConfig, config_digest: str, source: DataSource,
-    rows_per_id: int | None,
+    key: str, config: StudyConfig, config_digest: str, source: Any,
+    rows_per_id: int | None, counter: Counter | None = None,
 ) -> tuple[bytes, str | None]:
     """Read the data and draw the release; on any error, a noise-only release instead.
 
     Returns the body and, when it is a substitute, the local-only reason.
     """
     try:
-        exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
-                                 dense_grid=config.grid_layout == "dense")
+        exact = (counter or exact_histograms)(source, config.lsh_family(), config.grid_spec(),
+                                              dense_grid=config.grid_layout == "dense")
         return build_body(key, config, config_digest,
                           *noisy_releases(config, exact, rows_per_id)), None
     except Exception as exc:  # the data must not decide whether a release goes out
@@ -214,9 +222,10 @@ def make_release(
     study: str,
     config: StudyConfig,
     config_digest: str,
-    source: DataSource,
+    source: Any,
     cap: PrivacyBudget,
     rows_per_id: int | None = None,
+    counter: Counter | None = None,
 ) -> tuple[LedgerEntry, str | None]:
     """Reserve (charged from here on), read, draw noise once, store the body durably.
 
@@ -226,7 +235,8 @@ def make_release(
     ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
                    config_digest=config_digest, cost=config.release_cost(), cap=cap)
     try:
-        body, substitute = release_body(key, config, config_digest, source, rows_per_id)
+        body, substitute = release_body(key, config, config_digest, source, rows_per_id,
+                                        counter)
         write_private(state.outbox_path(key), body)
     except BaseException as exc:
         ledger.mark(key, "abandoned", detail=f"not stored ({type(exc).__name__}); charged")

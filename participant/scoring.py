@@ -6,7 +6,9 @@ detector); then the per-detector scores are turned into rank percentiles, combin
 and written chunk by chunk to CSV or Parquet.
 
 Combined score: the mean over detectors of each record's rank percentile
-(``rankdata(scores, "average") / n``, in ``(0, 1]``, 1 = most outlying of the local file),
+(average rank of ties, as ``scipy.stats.rankdata(scores, "average")``, divided by ``n``; in
+``(0, 1]``, 1 = most outlying of the local file; computed with numpy, not scipy, whose import
+alone took 0.55 s of every ``score`` run),
 so detectors on different scales count equally. ``rank`` is 1 for the most outlying record;
 ``outlier`` flags the ``top_k`` records, or ``ceil(contamination * n)`` of them.
 """
@@ -24,9 +26,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
-from scipy.stats import rankdata
 
 from participant.data import DataSource
+from participant.dataset import DatasetSource
 from participant.progress import Progress
 
 WRITE_ROWS = 262_144
@@ -58,6 +60,17 @@ def flag_count(n: int, *, contamination: float | None, top_k: int | None) -> int
     return min(n, math.ceil(c * n))
 
 
+def average_ranks(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """1-based ranks, ties sharing the mean of their ranks (``rankdata(x, "average")``)."""
+    order = np.argsort(x, kind="stable")
+    ordered = x[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], x.size]
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
+    return ranks
+
+
 def combine(
     scores: Mapping[str, NDArray[np.float64]],
 ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
@@ -65,7 +78,7 @@ def combine(
     n = len(next(iter(scores.values())))
     combined = np.zeros(n, dtype=np.float64)
     for s in scores.values():
-        combined += rankdata(s, method="average") / n
+        combined += average_ranks(s) / n
     combined /= len(scores)
     order = np.argsort(-combined, kind="stable")
     rank = np.empty(n, dtype=np.int64)
@@ -82,7 +95,7 @@ def _is_parquet(path: Path) -> bool:
 
 
 def score_source(
-    source: DataSource,
+    source: DataSource | DatasetSource,
     detectors: Mapping[str, Detector],
     output: str | Path,
     *,

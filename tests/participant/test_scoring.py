@@ -6,9 +6,11 @@ import numpy as np
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from participant.data import DataSource, DataSpec
-from participant.scoring import combine, flag_count, score_source
+from participant.scoring import average_ranks, combine, flag_count, score_source
 
 
 class SumDetector:
@@ -62,3 +64,21 @@ def test_score_source_writes_keys_scores_rank_and_flags(tmp_path, suffix):
     assert table.column("outlier").to_pylist().index(True) == 17
     assert table.column("rank")[17].as_py() == 1
     assert summary.rows == 1000 and summary.flagged == 1
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(-3, 3) | st.floats(-1e6, 1e6), min_size=1, max_size=60))
+def test_average_ranks_equal_scipy_rankdata(values):
+    from scipy.stats import rankdata
+
+    x = np.array(values, dtype=np.float64)
+    np.testing.assert_array_equal(average_ranks(x), rankdata(x, method="average"))
+
+
+def test_scoring_does_not_import_scipy():
+    import subprocess
+    import sys
+
+    code = "import sys, participant.scoring; print('scipy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

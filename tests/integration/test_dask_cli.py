@@ -1,0 +1,93 @@
+"""`fedod-participant ... --engine dask` as real processes against a real coordinator: the CLI
+starts its own LocalCluster, a malformed partition fails exactly as in-process, and a
+contribution plus scoring of a many-file dataset works end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from common.encoding import EncodedCounts
+
+EXE = str(Path(sys.executable).with_name("fedod-participant"))
+FEATURES = [{"name": n, "lo": 0.0, "hi": 10.0} for n in ("age", "bp", "chol")]
+SIZES = (400, 250, 333)
+
+
+def run_cli(state: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EXE, "--state", str(state), "--no-progress", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def write_dataset(folder: Path) -> None:
+    folder.mkdir()
+    rng = np.random.default_rng(11)
+    first = 0
+    for i, n in enumerate(SIZES):
+        X = rng.normal(5.0, 1.5, size=(n, 3)).round(5)
+        cols = {"pid": [f"patient-{first + r:05d}" for r in range(n)],
+                **{f["name"]: X[:, j] for j, f in enumerate(FEATURES)}}
+        pq.write_table(pa.table(cols), folder / f"part-{i}.parquet")
+        first += n
+
+
+def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_path):
+    coord = participant_coordinator
+    token = coord.new_participant("hospital-dask", "100")
+    coord.new_study("dask-cli", FEATURES, members=["hospital-dask"], lsh={"n_tables": 10},
+                    grid={"bins": 3, "k": 5}, privacy={"epsilon_lsh": "1", "epsilon_grid": "0.5"})
+    state, data = tmp_path / "state", tmp_path / "records"
+    write_dataset(data)
+    enrolled = run_cli(state, "enrol", "--coordinator", recording_proxy.url, "--fingerprint",
+                       coord.fingerprint(), "--token", token, "--epsilon-cap", "10")
+    assert enrolled.returncode == 0, enrolled.stderr
+
+    # A malformed partition: NaN in one file. Same message and exit code on both engines.
+    table = pq.read_table(data / "part-1.parquet")
+    bp = table["bp"].to_numpy().copy()
+    bp[[16, 200]] = np.nan
+    bad = table.set_column(2, "bp", pa.array(bp))
+    pq.write_table(bad, data / "part-1.parquet")
+    cols = ["--id-column", "pid"]
+    single = run_cli(state, "contribute", "dask-cli", str(data / "part-1.parquet"), *cols)
+    local = run_cli(state, "contribute", "dask-cli", str(data), *cols)
+    dask = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask")
+    assert single.returncode == local.returncode == dask.returncode == 3, dask.stderr
+    error = single.stderr.strip().splitlines()[-1]
+    assert "column 'bp': missing values (NaN); first bad rows: 17 (nan), 201 (nan)" in error
+    assert dask.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1] == error
+    assert not [r for r in recording_proxy.requests if r[0] == "POST"]
+
+    pq.write_table(table, data / "part-1.parquet")
+    checked = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask",
+                      "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["rows"] == sum(SIZES)
+    sent = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
+                   "--json")
+    assert sent.returncode == 0, sent.stderr
+    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 1.5
+    posts = [json.loads(b) for m, _, _, b in recording_proxy.requests if m == "POST"]
+    assert len(posts) == 1 and set(posts[0]) == {"idempotency_key", "config_version",
+                                                 "config_digest", "epsilon", "delta", "lsh",
+                                                 "grid"}
+    assert EncodedCounts.model_validate(posts[0]["grid"]).layout == "dense"
+
+    out = tmp_path / "scores.parquet"
+    scored = run_cli(state, "score", "dask-cli", str(data), *cols, "--engine", "dask",
+                     "-o", str(out), "--top-k", "7", "--json")
+    assert scored.returncode == 0, scored.stderr
+    doc = json.loads(scored.stdout)
+    assert (doc["rows"], doc["flagged"]) == (sum(SIZES), 7)
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".parquet") == [
+        "part.0.parquet", "part.1.parquet", "part.2.parquet"]
+    result = pq.read_table(out)
+    assert result["pid"].to_pylist() == [f"patient-{r:05d}" for r in range(sum(SIZES))]
+    assert sorted(result["rank"].to_pylist()) == list(range(1, sum(SIZES) + 1))
+    assert sum(result["outlier"].to_pylist()) == 7

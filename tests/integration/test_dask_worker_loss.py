@@ -1,0 +1,121 @@
+"""A Dask worker killed in the middle of a contribution: Dask recomputes its partition on
+another worker, the exact histograms are still byte-identical to the in-process ones, and the
+noise is drawn once (one ledger entry, one POST, one charge on the coordinator).
+
+The kill is triggered on observed progress: a worker plugin sees a partition task start
+executing, writes its process id to a marker file and holds that worker until it is killed;
+the test waits for the marker and SIGKILLs that process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client, WorkerPlugin
+
+from participant import contribute as rel
+from participant.agent import Agent, DataOptions
+from participant.dataset import open_source
+from participant.engine_dask import local_cluster
+
+FEATURES = [{"name": n, "lo": -4.0, "hi": 4.0} for n in ("x", "y", "z", "w")]
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+
+
+class HoldFirstPartition(WorkerPlugin):
+    """Hold the worker that starts the first partition task until it is killed."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish != "executing" or "partition_counts" not in str(key):
+            return
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:  # a later task, or the retry of the held one: runs normally
+            if Path(self.marker).read_text().endswith(f" {key}"):
+                Path(self.marker + ".retried").write_text(str(os.getpid()))
+            return
+        os.write(fd, f"{os.getpid()} {key}".encode())
+        os.close(fd)
+        released = Path(self.marker + ".released")
+        while not released.exists():  # only the SIGKILL ends this (or the test's cleanup)
+            time.sleep(0.05)
+
+
+def write_dataset(folder: Path) -> None:
+    folder.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(6):
+        X = rng.normal(0.0, 1.0, size=(500 + 37 * i, 4))
+        pq.write_table(pa.table({f["name"]: X[:, j] for j, f in enumerate(FEATURES)}),
+                       folder / f"part-{i}.parquet")
+
+
+@pytest.fixture
+def cluster():
+    with local_cluster(n_workers=2, security=False) as local:
+        yield local
+
+
+def test_a_killed_worker_is_retried_and_the_release_is_drawn_once(
+    participant_coordinator, cluster, tmp_path, monkeypatch
+):
+    coord = participant_coordinator
+    token = coord.new_participant("hospital-kill", "100")
+    coord.new_study("dask-kill", FEATURES, members=["hospital-kill"], lsh={"n_tables": 16},
+                    grid={"bins": 3, "k": 5}, privacy={"epsilon_lsh": "1", "epsilon_grid": "0.5"})
+    data, marker = tmp_path / "records", tmp_path / "marker"
+    write_dataset(data)
+    agent = Agent(tmp_path / "state")
+    agent.enrol(coord.url, token, coord.fingerprint(), epsilon_cap="10")
+
+    draws = []
+    real_noise = rel.noisy_releases
+
+    def counted(config, exact):
+        draws.append(exact)
+        return real_noise(config, exact)
+
+    monkeypatch.setattr(rel, "noisy_releases", counted)
+    with Client(cluster) as client:
+        client.register_plugin(HoldFirstPartition(str(marker)))
+        before = set(client.run(os.getpid).values())
+        options = DataOptions(engine="dask", scheduler=cluster.scheduler_address)
+        with ThreadPoolExecutor(1) as pool:
+            outcome = pool.submit(agent.contribute, "dask-kill", data, options)
+            deadline = time.monotonic() + 120  # a safety net only: the kill waits for the marker
+            while not marker.exists() or not marker.read_text():
+                assert time.monotonic() < deadline and not outcome.done(), "no task started"
+                time.sleep(0.02)
+            victim = int(marker.read_text().split()[0])
+            assert victim in before
+            os.kill(victim, signal.SIGKILL)
+            try:
+                result = outcome.result(timeout=240)
+            finally:
+                Path(str(marker) + ".released").write_text("")
+        assert victim not in set(client.run(os.getpid).values())
+    retried_by = int((tmp_path / "marker.retried").read_text())  # the held partition ran again
+    assert retried_by != victim
+
+    assert len(draws) == 1 and len(result.sent) == 1
+    config, _ = agent.fetch_config("dask-kill")
+    expected = rel.exact_histograms(open_source(data, options.source(data, config).spec),
+                                    config.lsh_family(), config.grid_spec(), dense_grid=True)
+    assert draws[0].lsh.tobytes() == expected.lsh.tobytes()
+    assert draws[0].grid_dense.tobytes() == expected.grid_dense.tobytes()
+    with agent.ledger() as ledger:
+        assert [e.status for e in ledger.entries()] == ["acknowledged"]
+    assert float(coord.budget("hospital-kill")["epsilon_spent"]) == 1.5

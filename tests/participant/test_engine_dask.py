@@ -1,0 +1,155 @@
+"""The Dask engine on a real ``distributed.LocalCluster`` (2 worker processes, loopback):
+exact histograms byte-identical to the in-process engine, same errors, same scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
+from common.detectors import GridKNN, LSHiTables
+from common.errors import SchemaMismatch
+from participant import contribute as rel
+from participant import engine_dask
+from participant.data import DataSource, DataSpec
+from participant.dataset import DatasetSource, dataset_files, open_source
+from participant.scoring import score_source
+
+FEATURES = ("a", "b", "c")
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    with engine_dask.local_cluster(n_workers=2, security=False) as cluster:
+        yield cluster.scheduler_address
+
+
+def write_dataset(folder, fmt="parquet", sizes=(700, 1, 1234, 555), seed=3, keys=False):
+    """Files of uneven size with values partly outside the public bounds [0, 10]."""
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    first = 0
+    for i, n in enumerate(sizes):
+        X = rng.uniform(-1.0, 11.0, size=(n, 3)).round(4)
+        cols = {name: X[:, j] for j, name in enumerate(FEATURES)}
+        if keys:
+            cols = {"pid": [f"p{first + r}" for r in range(n)], **cols}
+        first += n
+        if fmt == "parquet":
+            pq.write_table(pa.table(cols), folder / f"part-{i:02d}.parquet")
+        else:
+            lines = [",".join(cols)] + [",".join(str(v) for v in row)
+                                        for row in zip(*cols.values(), strict=True)]
+            (folder / f"part-{i:02d}.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def config_for(layout):
+    grid = GridParams(bins=4, k=5, cell_limit=64 if layout == "dense" else 63)
+    privacy = PrivacyParams(epsilon_lsh="1", epsilon_grid="0.5",
+                            delta_grid="0" if layout == "dense" else "1e-6")
+    config = new_study_config("s", [FeatureSpec(name=n, lo=0.0, hi=10.0) for n in FEATURES],
+                              privacy=privacy, n_tables=12, grid=grid)
+    assert config.grid_layout == layout
+    return config
+
+
+def counts_bytes(exact):
+    return [None if a is None else a.tobytes()
+            for a in (exact.lsh, exact.grid_dense, exact.grid_cells, exact.grid_counts)]
+
+
+@pytest.mark.parametrize(("fmt", "layout"), [("parquet", "dense"), ("csv", "sparse")])
+def test_exact_histograms_are_byte_identical_to_in_process(tmp_path, scheduler, fmt, layout):
+    config = config_for(layout)
+    folder = write_dataset(tmp_path / "ds", fmt)
+    spec = DataSpec.from_config(config)
+    args = (config.lsh_family(), config.grid_spec())
+    dense = layout == "dense"
+    local = DatasetSource(folder, spec, chunk_rows=256)
+    expected = rel.exact_histograms(local, *args, dense_grid=dense)
+    remote = DatasetSource(folder, spec, chunk_rows=256)
+    got = engine_dask.exact_histograms(remote, *args, dense_grid=dense, scheduler=scheduler)
+    assert counts_bytes(got) == counts_bytes(expected)
+    assert int(got.lsh.sum()) == 12 * sum((700, 1, 1234, 555))
+    assert remote.report == local.report and sum(local.report.clipped.values()) > 0
+
+
+def test_a_glob_selects_the_same_partitions(tmp_path):
+    folder = write_dataset(tmp_path / "ds")
+    (folder / "_SUCCESS").write_text("")
+    assert dataset_files(folder) == dataset_files(str(folder / "*.parquet"))
+    assert len(dataset_files(folder)) == 4
+    with pytest.raises(SchemaMismatch, match="no .csv or .parquet files"):
+        dataset_files(tmp_path / "ds" / "*.json")
+
+
+@pytest.mark.parametrize(("bad", "problem"), [("x7", "non-numeric values"),
+                                              ("", "missing values")])
+def test_a_malformed_partition_fails_with_the_in_process_error(tmp_path, scheduler, bad,
+                                                               problem):
+    config = config_for("dense")
+    folder = write_dataset(tmp_path / "ds", "csv")
+    lines = (folder / "part-02.csv").read_text().splitlines()
+    lines[58] = lines[58].replace(lines[58].split(",")[1], bad, 1)
+    (folder / "part-02.csv").write_text("\n".join(lines) + "\n")
+    spec = DataSpec.from_config(config)
+    args = (config.lsh_family(), config.grid_spec())
+    with pytest.raises(SchemaMismatch) as single:
+        rel.exact_histograms(DataSource(folder / "part-02.csv", spec), *args, dense_grid=True)
+    with pytest.raises(SchemaMismatch) as local:
+        rel.exact_histograms(DatasetSource(folder, spec), *args, dense_grid=True)
+    with pytest.raises(SchemaMismatch) as remote:
+        engine_dask.exact_histograms(DatasetSource(folder, spec), *args, dense_grid=True,
+                                     scheduler=scheduler)
+    assert str(remote.value) == str(local.value) == str(single.value)
+    assert f"column 'b': {problem}; first bad rows: 58" in str(remote.value)
+
+
+def test_scores_equal_the_in_process_scores(tmp_path, scheduler):
+    config = config_for("dense")
+    folder = write_dataset(tmp_path / "ds", keys=True)
+    spec = DataSpec.from_config(config, id_column="pid")
+    exact = rel.exact_histograms(open_source(folder, spec), config.lsh_family(),
+                                 config.grid_spec(), dense_grid=True)
+    detectors = {
+        "lsh": LSHiTables.from_histogram(config.lsh_family(), exact.lsh),
+        "grid": GridKNN.from_counts(config.grid_spec(), exact.grid_dense, k=5),
+    }
+    local_out, dask_out = tmp_path / "local.parquet", tmp_path / "dask.parquet"
+    expected = score_source(open_source(folder, spec), detectors, local_out, top_k=9)
+    got = engine_dask.score_dataset(open_source(folder, spec), detectors, dask_out, top_k=9,
+                                    scheduler=scheduler)
+    assert (got.rows, got.flagged, got.clipped) == (expected.rows, 9, expected.clipped)
+    assert len(list(dask_out.glob("*.parquet"))) == 4
+    assert pq.read_table(dask_out).to_pydict() == pq.read_table(local_out).to_pydict()
+    with pytest.raises(ValueError, match="exists"):
+        engine_dask.score_dataset(open_source(folder, spec), detectors, dask_out,
+                                  scheduler=scheduler)
+
+
+def test_scheduler_without_the_dask_engine_is_a_usage_error(tmp_path, capsys):
+    from participant.cli import main
+
+    code = main(["--state", str(tmp_path / "state"), "check-data", "s", str(tmp_path / "d.csv"),
+                 "--scheduler", "tls://10.0.0.5:8786"])
+    assert code == 2
+    assert "--scheduler needs --engine dask" in capsys.readouterr().err
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(tmp_path):
+    import socket
+
+    import dask
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    config = config_for("dense")
+    source = DatasetSource(write_dataset(tmp_path / "ds"), DataSpec.from_config(config))
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+            pytest.raises(OSError, match="cannot connect to the Dask scheduler at tcp://127"):
+        engine_dask.exact_histograms(source, config.lsh_family(), config.grid_spec(),
+                                     dense_grid=True, scheduler=address)
