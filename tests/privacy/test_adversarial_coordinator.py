@@ -295,11 +295,6 @@ def test_a_config_that_makes_the_target_crash_is_charged_and_still_posts(adversa
         assert entry["status"] == "acknowledged" and float(entry["epsilon"]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 15 item 1 at its cause: the sparse grid's OpenDP keys are 32-bit, so the target's "
-    "cell index >= 2**31 crashes and the participant can only send a noise-only substitute, "
-    "whose content still differs from a real release. Fixed in common/release.py by the "
-    "mechanism engineer; remove this marker when that fix is merged."))
 def test_a_valid_file_is_never_replaced_by_a_noise_only_substitute(adversary):
     coordinator, pair = adversary
     coordinator.issue("crash", 1, **CRASH_GRID)
