@@ -32,8 +32,11 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localc
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import opendp.prelude as dp
+import opendp.domains as dpd
+import opendp.measurements as dpm
+import opendp.metrics as dpx
 from numpy.typing import ArrayLike, NDArray
+from opendp.mod import Measurement, enable_features
 
 from common.budget import PrivacyBudget
 from common.cellkeys import as_keys, key_strings, key_words, keys_from_strings, keys_problem
@@ -54,7 +57,7 @@ __all__ = [
 
 _MAX_THRESHOLD = 2**40
 
-dp.enable_features("contrib")
+enable_features("contrib")  # submodules only: opendp.prelude would import scipy/sklearn
 
 
 def _scale(sensitivity: int, eps: Decimal) -> float:
@@ -68,8 +71,8 @@ def _scale(sensitivity: int, eps: Decimal) -> float:
     return scale
 
 
-def _fit_map(build: Callable[[float], dp.Measurement], scale: float, d_in: Any,
-             eps: Decimal) -> tuple[dp.Measurement, float]:
+def _fit_map(build: Callable[[float], Measurement], scale: float, d_in: Any,
+             eps: Decimal) -> tuple[Measurement, float]:
     """Build with ``scale``, nudged up by ulps until the privacy map's epsilon is <= ``eps``.
 
     The scale is already >= sensitivity / eps, so the true loss is within ``eps``; OpenDP's
@@ -86,7 +89,7 @@ def _fit_map(build: Callable[[float], dp.Measurement], scale: float, d_in: Any,
     raise ValueError(f"cannot calibrate a mechanism to epsilon {eps}")
 
 
-def make_count_noise(sensitivity: int, epsilon: Decimal | int | str) -> dp.Measurement:
+def make_count_noise(sensitivity: int, epsilon: Decimal | int | str) -> Measurement:
     """Discrete Laplace over an int64 vector with ``scale = sensitivity / epsilon``.
 
     The scale is rounded up, and the measurement's privacy map at ``sensitivity`` is checked
@@ -97,8 +100,8 @@ def make_count_noise(sensitivity: int, epsilon: Decimal | int | str) -> dp.Measu
         raise ValueError(f"epsilon must be positive, got {epsilon}")
     if sensitivity < 1:
         raise ValueError(f"sensitivity must be >= 1, got {sensitivity}")
-    domain, metric = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
-    meas, _ = _fit_map(lambda scale: dp.m.make_laplace(domain, metric, scale=scale),
+    domain, metric = dpd.vector_domain(dpd.atom_domain(T="i64")), dpx.l1_distance(T="i64")
+    meas, _ = _fit_map(lambda scale: dpm.make_laplace(domain, metric, scale=scale),
                        _scale(sensitivity, eps), sensitivity, eps)
     return meas
 
@@ -192,7 +195,7 @@ def threshold_delta(scale: float, threshold: int) -> Decimal:
 
 def make_threshold_noise(
     epsilon: Decimal | int | str, delta: Decimal | int | str
-) -> tuple[dp.Measurement, int]:
+) -> tuple[Measurement, int]:
     """Thresholded discrete Laplace over a sparse ``{key: count}`` map, sensitivity 1.
 
     ``scale = 1 / epsilon`` (rounded up). Keys are strings (any width, see
@@ -212,11 +215,11 @@ def make_threshold_noise(
             f"a sparse release needs 0 < delta < 1, got {delta}: noise on occupied cells "
             "without a threshold would reveal which cells hold records"
         )
-    domain = dp.map_domain(dp.atom_domain(T="String"), dp.atom_domain(T="i64"))
-    metric = dp.l01inf_distance(dp.absolute_distance(T="i64"))
+    domain = dpd.map_domain(dpd.atom_domain(T="String"), dpd.atom_domain(T="i64"))
+    metric = dpx.l01inf_distance(dpx.absolute_distance(T="i64"))
 
-    def builder(threshold: int) -> Callable[[float], dp.Measurement]:
-        return lambda scale: dp.m.make_laplace_threshold(
+    def builder(threshold: int) -> Callable[[float], Measurement]:
+        return lambda scale: dpm.make_laplace_threshold(
             domain, metric, scale=scale, threshold=threshold)
 
     _, scale = _fit_map(builder(1), _scale(1, eps), (1, 1, 1), eps)
