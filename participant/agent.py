@@ -27,11 +27,11 @@ from pydantic import ValidationError
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.errors import ConfigError, SignatureInvalid
+from common.errors import BudgetExceeded, ConfigError, SignatureInvalid
 from common.noise.planning import config_noise_warning
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
 from participant import policy
-from participant.client import CoordinatorClient
+from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data import DataSource, DataSpec
 from participant.dataset import DatasetSource, open_source
 from participant.ledger import Ledger
@@ -48,6 +48,19 @@ log = logging.getLogger("fedod.participant")
 if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
     from participant.contribute import SendResult
     from participant.scoring import ScoreSummary
+
+
+def check_coordinator_url(url: str) -> str:
+    """Refuse a coordinator address that is not an http(s) URL (a usage error, not an outage)."""
+    parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
+    if parsed is None or not parsed.host:
+        raise ValueError(f"--coordinator {url!r} is not a URL: give it with its scheme, "
+                         "e.g. https://coordinator.example.org or http://127.0.0.1:8000")
+    return url
+
+
+class CredentialRefused(CoordinatorRefused):
+    """The coordinator does not accept the participant credential (401/403)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,7 @@ class Agent:
             PrivacyBudget(DEFAULT_MAX_RELEASE_EPSILON).epsilon, cap.epsilon))
         if ceiling.epsilon <= 0:
             raise ValueError(f"the per-release ceiling must be > 0, got {max_release_epsilon}")
+        check_coordinator_url(coordinator_url)
         if not fingerprint.startswith("sha256:"):
             fingerprint = "sha256:" + fingerprint
         with self.client(coordinator_url) as client:
@@ -166,6 +180,18 @@ class Agent:
                 f"{fingerprint}; check the fingerprint with the coordinator's operator",
                 actual=actual,
             )
+        with self.client(coordinator_url, token) as client:
+            try:
+                client.me()
+            except CoordinatorRefused as exc:
+                if exc.status not in (401, 403):
+                    raise
+                raise CredentialRefused(
+                    f"the coordinator at {coordinator_url} does not accept this credential "
+                    f"(HTTP {exc.status}: {exc.detail}). Check that the token file holds the "
+                    "credential the coordinator's operator gave you for this participant, "
+                    "and that it was not revoked; nothing was stored.",
+                    status=exc.status, detail=exc.detail) from exc
         enrolment = Enrolment(
             coordinator_url.rstrip("/"), token, actual,
             f"{cap.epsilon.normalize():f}", f"{cap.delta.normalize():f}",
@@ -256,6 +282,7 @@ class Agent:
             config, signed = self.fetch_config(study, client)
             anchor = self.clock()
             ledger.check(config.release_cost(), enrolment.cap)
+            self._check_coordinator_budget(client, config.release_cost())
             source = self._checked_source(study, path, options, config, enrolment,
                                           approve_schema)
             entry, substitute = rel.make_release(
@@ -271,6 +298,22 @@ class Agent:
                 raise rel.ReleaseSubstituted.after(path, entry, substitute)
             return ContributeOutcome([result], source.report.clipped, ledger.spent(),
                                      enrolment.cap, source.report.dropped, slots)
+
+    @staticmethod
+    def _check_coordinator_budget(client: CoordinatorClient, cost: PrivacyBudget) -> None:
+        """Refuse, before any noise is drawn, a release the coordinator's ledger would refuse
+        (it would still count as spent here: its noisy bytes would have left)."""
+        me = client.me()
+        remaining = PrivacyBudget(str(me["epsilon_remaining"]), str(me["delta_remaining"]))
+        if not cost.fits_within(remaining):
+            spent = PrivacyBudget(str(me["epsilon_spent"]), str(me["delta_spent"]))
+            cap = PrivacyBudget(str(me["epsilon_cap"]), str(me["delta_cap"]))
+            raise BudgetExceeded(
+                f"the coordinator's ledger has {remaining} left of your cap there {cap} "
+                f"(spent there: {spent}); this release costs {cost}. Nothing was drawn or "
+                "sent, and nothing was spent. Ask the coordinator's administrator to raise "
+                "your cap.",
+                spent=spent, asked=cost, cap=cap)
 
     @staticmethod
     def _counter(options: DataOptions) -> Callable[..., Any] | None:

@@ -83,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": type(exc).__name__, "detail": str(exc), "exit": code}))
         print(f"fedod-participant: error: {exc}", file=sys.stderr)
         return code
+    if (deferred := getattr(args, "deferred_error", None)) is not None:
+        # the command printed its output (which names the error) and could not finish its job
+        print(f"fedod-participant: error: {deferred}", file=sys.stderr)
+        return exit_code(deferred) if isinstance(deferred, FedodError) else EXIT_UNAVAILABLE
     return EXIT_OK
 
 

@@ -6,8 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
+import httpx
+
+from common.budget import PrivacyBudget
+from common.errors import FedodError
 from participant.agent import Agent, DataOptions
 from participant.config import Settings
 from participant.state import DEFAULT_MAX_RELEASE_EPSILON
@@ -16,8 +21,18 @@ SETTINGS = Settings()
 DEFAULT_STATE = SETTINGS.state_dir
 
 
+def _json_value(value: Any) -> Any:
+    """JSON for values json does not know: decimals as plain decimal strings ("0", "1.5",
+    never "0E-18" or "1.000000000"), budgets as their two numbers, the rest as text."""
+    if isinstance(value, Decimal):
+        return f"{value.normalize():f}"
+    if isinstance(value, PrivacyBudget):
+        return {"epsilon": _json_value(value.epsilon), "delta": _json_value(value.delta)}
+    return str(value)
+
+
 def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
-    print(json.dumps(doc, default=str) if args.json else text)
+    print(json.dumps(doc, default=_json_value) if args.json else text)
 
 
 def _data_args(p: argparse.ArgumentParser) -> None:
@@ -167,6 +182,7 @@ def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
+    agent.state.load_enrolment()  # not enrolled: exit 2, and no state folder is created
     with agent.ledger() as ledger:
         entries = ledger.entries()
         spent = ledger.spent()
@@ -185,21 +201,33 @@ def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
+    """Print what is known locally and the coordinator's view; if the coordinator cannot be
+    asked (unreachable, credential refused), say so and exit non-zero after printing."""
     e = agent.state.load_enrolment()
     with agent.ledger() as ledger:
         spent, pending = ledger.spent(), ledger.entries(status="stored")
     doc: dict[str, Any] = {"state": str(agent.state.root), "coordinator": e.coordinator_url,
-                           "key_fingerprint": e.key_fingerprint, "cap": str(e.cap),
-                           "max_release_epsilon": e.max_release_epsilon,
-                           "spent": str(spent), "remaining": str(e.cap.remaining(spent)),
+                           "key_fingerprint": e.key_fingerprint, "cap": e.cap,
+                           "max_release_epsilon": Decimal(e.max_release_epsilon),
+                           "spent": spent, "remaining": e.cap.remaining(spent),
                            "pending": [p.idempotency_key for p in pending]}
     try:
         with agent.client() as client:
             me = client.me()
-        doc["coordinator_spent"] = me.get("epsilon_spent")
-    except Exception as exc:  # status must work offline
+        doc["coordinator_spent"] = PrivacyBudget(str(me["epsilon_spent"]),
+                                                 str(me["delta_spent"]))
+        doc["coordinator_remaining"] = PrivacyBudget(str(me["epsilon_remaining"]),
+                                                     str(me["delta_remaining"]))
+    except (FedodError, httpx.HTTPError) as exc:
         doc["coordinator_error"] = str(exc)
-    _out(args, doc, "\n".join(f"{k}: {v}" for k, v in doc.items()))
+        args.deferred_error = exc  # participant.cli exits with its code after the output
+    _out(args, doc, "\n".join(
+        f"{k}: {', '.join(v) or 'none' if isinstance(v, list) else _json_text(v)}"
+        for k, v in doc.items()))
+
+
+def _json_text(value: Any) -> str:
+    return f"{value.normalize():f}" if isinstance(value, Decimal) else str(value)
 
 
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {

@@ -178,6 +178,14 @@ def send_stored(
         answer = client.post_contribution(entry.study, body)
     except CoordinatorRefused as exc:
         ledger.mark(entry.idempotency_key, "rejected", detail=f"HTTP {exc.status}: {exc.detail}")
+        if exc.is_budget:
+            raise CoordinatorRefused(
+                "the coordinator refused this release: its ledger says it would pass your cap "
+                "there. The noisy counts had already been drawn and sent, so your local ledger "
+                f"counts the release as spent ({entry.cost}); the coordinator did not store it "
+                "or charge it. Ask the coordinator's administrator to raise your cap there "
+                "before the next release ('fedod-participant status' shows both ledgers).",
+                status=exc.status, detail=exc.detail) from exc
         raise
     ledger.mark(entry.idempotency_key, "acknowledged", contribution_id=str(answer.get("id")))
     return SendResult(entry.idempotency_key, entry.study, answer, resent)

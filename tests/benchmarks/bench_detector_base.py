@@ -24,7 +24,7 @@ IMPORTS = {
     "sklearn.base alone": ("pass", "import sklearn.base"),
     "+ pyod.models.base after common.detectors": ("import common.detectors",
                                                   "import pyod.models.base"),
-    "opendp.prelude (common.release today)": ("pass", "import opendp.prelude"),
+    "opendp.prelude (common.release before)": ("pass", "import opendp.prelude"),
     "opendp submodules common.release uses": (
         "pass", "import opendp.measurements, opendp.domains, opendp.metrics, opendp.mod"),
 }

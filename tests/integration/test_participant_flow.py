@@ -85,8 +85,9 @@ def test_full_run_sends_only_noisy_histograms(participant_coordinator, recording
     assert [e["status"] for e in ledger["entries"]] == ["acknowledged"]
     assert coord.budget("hospital-flow")["epsilon_spent"] == "1.5"
     status = json.loads(run_cli(state, "status", "--json").stdout)
-    assert status["pending"] == [] and status["coordinator_spent"] == "1.5"
-    assert status["spent"].startswith("(epsilon=1.5,")
+    assert status["pending"] == []
+    assert status["coordinator_spent"] == status["spent"] == {"epsilon": "1.5", "delta": "0"}
+    assert status["cap"]["epsilon"] == "4"  # budgets are numbers as decimal strings
 
     posts = [r for r in proxy.requests if r[0] == "POST"]
     assert len(posts) == 1

@@ -36,6 +36,8 @@ class FakeCoordinator:
         self.signed = sign_config(self.config, self.key)
         self.posts: list[bytes] = []
         self.status: list[int] = []
+        self.remaining = "1000"  # epsilon the coordinator's ledger still allows
+        self.me_status = 200
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -44,6 +46,12 @@ class FakeCoordinator:
                                              "public_key_pem": public_key_pem(self.key)})
         if path.endswith("/config"):
             return httpx.Response(200, text=self.signed.model_dump_json())
+        if path == "/v1/me":
+            if self.me_status != 200:
+                return httpx.Response(self.me_status, json={"detail": "credential revoked"})
+            return httpx.Response(200, json={
+                "epsilon_cap": "1000", "delta_cap": "0.5", "epsilon_remaining": self.remaining,
+                "delta_remaining": "0.5", "epsilon_spent": "0", "delta_spent": "0"})
         self.posts.append(request.content)
         code = self.status.pop(0) if self.status else 201
         if code >= 400:
@@ -177,3 +185,58 @@ def test_sparse_merge_is_a_sum(chunks):
     u, c = np.unique(flat, return_counts=True)
     np.testing.assert_array_equal(cells, u)
     np.testing.assert_array_equal(counts, c)
+
+
+def test_release_refused_before_noise_when_the_coordinator_ledger_cannot_pay(tmp_path, data):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path)
+    fake.remaining = "0.5"  # the release costs 1
+    with pytest.raises(BudgetExceeded, match="Nothing was drawn or sent, and nothing was spent"):
+        agent.contribute("s1", data, DataOptions())
+    assert fake.posts == []
+    with agent.ledger() as ledger:
+        assert ledger.entries() == []
+
+
+def test_a_coordinator_409_is_explained_as_spent_locally(tmp_path, data):
+    fake = FakeCoordinator()
+    agent = agent_for(fake, tmp_path)
+    fake.status = [409]
+    with pytest.raises(CoordinatorRefused) as info:
+        agent.contribute("s1", data, DataOptions())
+    assert exit_code(info.value) == 5
+    assert "counts the release as spent" in info.value.message
+    assert "nothing was spent" not in info.value.message
+
+
+def test_enrol_checks_the_credential_and_stores_nothing_when_refused(tmp_path):
+    fake = FakeCoordinator()
+    fake.me_status = 401
+    agent = Agent(tmp_path / "state", transport=httpx.MockTransport(fake), sleep=lambda s: None)
+    with pytest.raises(CoordinatorRefused, match="does not accept this credential") as info:
+        agent.enrol("http://coord.test", "bad", key_fingerprint(fake.key), epsilon_cap="1")
+    assert exit_code(info.value) == 7
+    assert not (tmp_path / "state" / "participant.json").exists()
+
+
+@pytest.mark.parametrize("url", ["coord.test:8000", "localhost", "ftp://coord.test", "http://"])
+def test_enrol_refuses_a_coordinator_that_is_not_an_http_url(tmp_path, url):
+    def never(request):  # pragma: no cover - must not be reached
+        raise AssertionError("no request may be sent")
+
+    agent = Agent(tmp_path / "state", transport=httpx.MockTransport(never))
+    with pytest.raises(ValueError, match="is not a URL: give it with its scheme") as info:
+        agent.enrol(url, "tok", "sha256:" + "0" * 64, epsilon_cap="1")
+    assert exit_code(info.value) == 2
+
+
+def test_status_exits_non_zero_when_the_coordinator_cannot_be_asked(tmp_path, capsys):
+    from participant.cli import main
+
+    fake = FakeCoordinator()
+    agent_for(fake, tmp_path)  # enrolled with http://coord.test, which does not resolve here
+    code = main(["--state", str(tmp_path / "state"), "--max-tries", "1", "status", "--json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert code == 6 and "coordinator_error" in doc and "unavailable" in err
+    assert doc["cap"] == {"epsilon": "10", "delta": "0"}

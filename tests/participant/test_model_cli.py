@@ -94,9 +94,11 @@ def test_help_documents_exit_codes(capsys):
         assert line in out
 
 
-def test_ledger_of_a_fresh_state_dir_is_empty(tmp_path, capsys):
-    assert main(["--state", str(tmp_path / "s"), "ledger", "--json"]) == 0
-    assert '"entries": []' in capsys.readouterr().out
+@pytest.mark.parametrize("command", ["ledger", "status"])
+def test_ledger_and_status_without_enrolment_exit_2_and_create_nothing(tmp_path, capsys, command):
+    assert main(["--state", str(tmp_path / "s"), command]) == 2
+    assert "run 'fedod-participant enrol' first" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
 
 
 def test_progress_writes_one_rewritten_line_to_the_stream():
