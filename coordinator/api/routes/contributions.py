@@ -9,12 +9,14 @@ from common.schemas import ContributionCreate, ContributionPublic
 from coordinator.api.deps import CurrentParticipant, SessionDep, SettingsDep, StudyMember
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution
-from coordinator.services.contributions import submit
+from coordinator.services.contributions import Stored, submit
 
 router = APIRouter(prefix="/studies", tags=["contributions"])
 
 
-def contribution_public(contribution: Contribution, participant: str) -> ContributionPublic:
+def contribution_public(
+    contribution: Stored | Contribution, participant: str
+) -> ContributionPublic:
     cost = PrivacyBudget.from_units(contribution.eps_units, contribution.delta_units)
     return ContributionPublic(
         id=contribution.id,
@@ -41,7 +43,12 @@ def create_contribution(
     settings: SettingsDep,
     response: Response,
 ) -> ContributionPublic:
-    """Validate, store, charge and merge one release (201; 200 for a replayed key)."""
+    """Validate, store and charge one release (201; 200 for a replayed key).
+
+    A later release of the same participant for the same study replaces its earlier one in
+    the model; every release is charged.
+    """
+    name = participant.name
     try:
         outcome = submit(
             session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
@@ -55,4 +62,4 @@ def create_contribution(
     else:
         CONTRIBUTIONS.labels("accepted").inc()
         EPSILON_CHARGED.inc(outcome.contribution.eps_units)
-    return contribution_public(outcome.contribution, participant.name)
+    return contribution_public(outcome.contribution, name)
