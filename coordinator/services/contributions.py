@@ -1,16 +1,11 @@
 """Contributions: validate everything, then store + charge + count in one transaction.
 
-Order of work, cheapest refusal first: idempotent replay (one indexed lookup), config version
-and digest, claimed cost, budget (all before the body is decoded), then decoding and the
-digest of the counts, then one short write transaction.
-
-Locking (PostgreSQL, READ COMMITTED; SQLite runs every transaction as ``BEGIN IMMEDIATE``, a
-single writer): the conditional ``UPDATE participants`` that charges the release takes the
-participant row lock first, which makes the budget check and the "latest release of this
-participant for this study" lookup exact; then ``UPDATE aggregates`` bumps the study's model
-version (the counter row lock orders the releases of a study, the same lock a config re-sign
-takes, so the config check after it is exact). The sums are not touched here: they are folded
-from the stored contributions when the model is read (``services.aggregate.fold``).
+Order of work, cheapest refusal first: idempotent replay (one indexed lookup, keys scoped per
+participant and study), config version and digest, claimed cost, budget (all before the body
+is decoded), then decoding and the digest of the counts, then one short write transaction
+(``services.charge``: its locks make budget, replacement and config checks exact under any
+number of workers). The sums are not touched here: they are folded from the stored
+contributions when the model is read (``services.aggregate.fold``).
 """
 
 from __future__ import annotations
@@ -19,9 +14,7 @@ import hashlib
 import hmac
 import logging
 from dataclasses import dataclass
-from datetime import datetime
 
-from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,8 +31,10 @@ from common.errors import (
     SchemaMismatch,
 )
 from common.schemas import ContributionCreate
-from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
+from coordinator.models import Contribution, Participant, Study
+from coordinator.services import charge
 from coordinator.services.aggregate import Decoded, decode_vector
+from coordinator.services.charge import Stored
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.contributions")
@@ -49,27 +44,6 @@ class ParticipantRevoked(FedodError):
     """The credential was revoked while the request was in flight."""
 
     status_code = 401
-
-
-@dataclass(frozen=True)
-class Stored:
-    """What the response needs of a contribution (a stored row, or a just-inserted one)."""
-
-    id: int
-    study_id: str
-    config_version: int
-    eps_units: int
-    delta_units: int
-    created_at: datetime
-    model_version: int
-
-
-@dataclass(frozen=True)
-class Who:
-    """The contributing participant, captured before the session lets its row expire."""
-
-    id: int
-    name: str
 
 
 @dataclass(frozen=True)
@@ -92,13 +66,8 @@ def request_digest(body: ContributionCreate) -> str:
 def _previous(
     session: Session, participant_id: int, study_id: str, key: str
 ) -> Contribution | None:
-    return session.scalar(
-        select(Contribution).where(
-            Contribution.participant_id == participant_id,
-            Contribution.study_id == study_id,
-            Contribution.idempotency_key == key,
-        )
-    )
+    found, _ = charge.previous(session.connection(), participant_id, study_id, key)
+    return session.get(Contribution, found) if found else None
 
 
 def _replay(previous: Contribution, digest: str) -> Outcome:
@@ -195,121 +164,52 @@ def submit(
     refusal = _over_budget(participant, cost)
     if refusal is not None:
         raise refusal
-    who = Who(participant.id, participant.name)
+    name, eps_delta = participant.name, cost.to_units()
+    release = charge.Release(
+        participant.id,
+        study.id,
+        body.idempotency_key,
+        digest,
+        body.config_version,
+        *eps_delta,
+        body.lsh.model_dump_json(),
+        body.grid.model_dump_json() if body.grid is not None else None,
+    )
     session.rollback()  # end the read transaction (SQLite: the write lock) before decoding
-    _, grid = decode_release(config, body, max_decoded_bytes)
+    decode_release(config, body, max_decoded_bytes)
+
+    def check(version: int, config_digest: str) -> None:
+        _check_config(release.study_id, version, config_digest, body)
+
     try:
-        return _store(session, who, study.id, body, digest, cost, grid is not None)
+        stored = charge.store(session.connection(), release, check)
+        if stored is None:
+            return _refuse_charge(session, release, cost)
+        session.commit()
     except IntegrityError:
         session.rollback()
-        previous = _previous(session, participant.id, study.id, body.idempotency_key)
+        previous = _previous(
+            session, release.participant_id, release.study_id, body.idempotency_key
+        )
         if previous is None:
             raise
         return _replay(previous, digest)
+    log.info(
+        "contribution stored",
+        extra={"study": stored.study_id, "participant": name, "id": stored.id},
+    )
+    return Outcome(stored, replay=False)
 
 
-def _refuse_charge(
-    session: Session,
-    participant_id: int,
-    study_id: str,
-    body: ContributionCreate,
-    digest: str,
-    cost: PrivacyBudget,
-) -> Outcome:
+def _refuse_charge(session: Session, release: charge.Release, cost: PrivacyBudget) -> Outcome:
     """Why the conditional charge matched no row: a replay that won the race, revoked, or over."""
-    participant = session.get(Participant, participant_id, populate_existing=True)
-    previous = _previous(session, participant_id, study_id, body.idempotency_key)
+    participant = session.get(Participant, release.participant_id, populate_existing=True)
+    key = release.idempotency_key
+    previous = _previous(session, release.participant_id, release.study_id, key)
     session.commit()  # nothing was written; the loaded rows stay readable
     if previous is not None:
-        return _replay(previous, digest)
+        return _replay(previous, release.request_sha256)
     assert participant is not None
     if not participant.active:
         raise ParticipantRevoked(f"participant {participant.name!r} was revoked")
     raise _over_budget(participant, cost) or RuntimeError("the charge matched no row")
-
-
-def _store(
-    session: Session,
-    participant: Who,
-    study_id: str,
-    body: ContributionCreate,
-    digest: str,
-    cost: PrivacyBudget,
-    has_grid: bool,
-) -> Outcome:
-    eps, delta = cost.to_units()
-    charged = session.execute(
-        update(Participant)
-        .where(
-            Participant.id == participant.id,
-            Participant.active.is_(True),
-            Participant.eps_spent <= Participant.eps_cap - eps,
-            Participant.delta_spent <= Participant.delta_cap - delta,
-        )
-        .values(eps_spent=Participant.eps_spent + eps, delta_spent=Participant.delta_spent + delta)
-        .returning(Participant.id)
-        .execution_options(synchronize_session=False)
-    ).first()
-    if charged is None:
-        return _refuse_charge(session, participant.id, study_id, body, digest, cost)
-    replaces = session.scalar(
-        select(func.max(Contribution.id)).where(
-            Contribution.participant_id == participant.id, Contribution.study_id == study_id
-        )
-    )
-    model_version = session.execute(
-        update(Aggregate)
-        .where(Aggregate.study_id == study_id)
-        .values(
-            version=Aggregate.version + 1,
-            contributors=Aggregate.contributors + (1 if replaces is None else 0),
-            updated_at=utcnow(),
-        )
-        .returning(Aggregate.version)
-        .execution_options(synchronize_session=False)
-    ).scalar_one()
-    current = session.execute(
-        select(Study.config_version, Study.config_digest).where(Study.id == study_id)
-    ).one()
-    try:
-        _check_config(study_id, current.config_version, current.config_digest, body)
-    except ConfigVersionConflict:
-        session.rollback()
-        raise
-    now = utcnow()
-    contribution_id = session.execute(
-        insert(Contribution)
-        .values(
-            study_id=study_id,
-            participant_id=participant.id,
-            replaces_id=replaces,
-            idempotency_key=body.idempotency_key,
-            request_sha256=digest,
-            config_version=body.config_version,
-            eps_units=eps,
-            delta_units=delta,
-            lsh_payload=body.lsh.model_dump_json(),
-            grid_payload=body.grid.model_dump_json() if body.grid is not None else None,
-            model_version=model_version,
-            created_at=now,
-        )
-        .returning(Contribution.id)
-    ).scalar_one()
-    session.execute(
-        insert(LedgerEntry).values(
-            participant_id=participant.id,
-            contribution_id=contribution_id,
-            study_id=study_id,
-            kind="lsh+grid" if has_grid else "lsh",
-            eps_units=eps,
-            delta_units=delta,
-            created_at=now,
-        )
-    )
-    session.commit()
-    log.info(
-        "contribution stored",
-        extra={"study": study_id, "participant": participant.name, "id": contribution_id},
-    )
-    stored = Stored(contribution_id, study_id, body.config_version, eps, delta, now, model_version)
-    return Outcome(stored, replay=False)
