@@ -9,9 +9,12 @@ contributions/s and model GETs/s of the coordinator and of the bare server (same
 bytes; the bare GET serves a body of the coordinator model's size), their ratio, and the
 server CPU per request of both (so a loaded machine or the client cannot fake the ratio).
 The load client is a raw keep-alive HTTP/1.1 client on asyncio streams with prebuilt request
-bytes (its CPU per request is printed), not httpx. ``N`` is reached fast by inserting
-contributions of an all-zero release straight into the tables (their sum is zero, so the
-stored snapshot stays exact) - they are real rows in every table and index ingest touches.
+bytes (its CPU per request is printed), not httpx. Both servers run through
+``coordinator.serve`` (uvicorn with TCP_NODELAY on multi-worker sockets; without it every
+response of either server stalled 40 ms and the ratio measured that stall).
+``N`` is reached fast by inserting contributions of an all-zero release straight into the
+tables (their sum is zero, so the stored snapshot stays exact): real rows in every table and
+index ingest touches.
 ``--large`` adds m = 100 tables of a 65,536-record sample (822k cells, a 1.1 MB body).
 ``--profile`` first prints where one contribution's time goes, stage by stage.
 """
@@ -282,11 +285,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     os.environ["BENCH_MODEL_DIR"] = str(MODEL_DIR)
     bport = free_port()
-    bare = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir",
-                             str(Path(__file__).parent), "bench_coordinator:bare_app",
-                             "--port", str(bport), "--workers", str(args.workers),
-                             "--log-level", "warning", "--no-access-log"],
-                            start_new_session=True)
+    launch = (f"from coordinator import serve; serve.run('bench_coordinator:bare_app', "
+              f"port={bport}, workers={args.workers}, log_level='warning', access_log=False)")
+    bare = subprocess.Popen([sys.executable, "-c", launch], start_new_session=True,
+                            cwd=Path(__file__).parent,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     cases = [(m, 256, merged) for m in args.tables for merged in args.merged]
     if args.large:
         cases.append((100, 65536, 1))
@@ -306,28 +309,23 @@ def main() -> None:
 
 
 def run_db(coord: Coordinator, db: str, cases: list, bare: tuple[int, int], args) -> None:
-    studies: dict[tuple[int, int], tuple[str, dict, list[str]]] = {}
+    """One study per case: ``merged`` contributions already merged, then measure."""
     for m, sample, merged in cases:
-        if (m, sample) not in studies:
-            study = f"m{m}s{sample}"
-            signed, tokens = setup_study(coord, study, m, sample, args.clients)
-            studies[m, sample] = (study, signed, tokens)
-            with coord.admin() as c:  # the first merged contribution, then fold it
-                body = json.loads(release_bytes(signed, 1)[0])
-                c.post(f"/v1/studies/{study}/contributions", json=body,
+        study = f"m{m}s{sample}n{merged}"
+        signed, tokens = setup_study(coord, study, m, sample, args.clients)
+        with coord.admin() as c:  # one real merged contribution, read (folded)
+            body = json.loads(release_bytes(signed, 1)[0])
+            r = c.post(f"/v1/studies/{study}/contributions", json=body,
                        headers={"Authorization": f"Bearer {tokens[0]}"})
-                c.get(f"/v1/studies/{study}/model")
-        study, signed, tokens = studies[m, sample]
-        with coord.admin() as c:
-            now = c.get(f"/v1/studies/{study}/model").json()["version"]
-        if merged > now:
-            prepopulate(coord, study, merged - now, CoordinatorKit.config_of(signed).lsh_cells)
-            now = merged
+            assert r.status_code == 201, r.text
+            c.get(f"/v1/studies/{study}/model")
         cells = CoordinatorKit.config_of(signed).lsh_cells
-        scale = max(1, (cells * 4) // 100_000)
-        r = measure(coord, bare, study, signed, tokens, max(args.clients, args.posts // scale),
-                    args.gets)
-        print(row(db, f"{m} ({cells})", now, r), flush=True)
+        if merged > 1:
+            prepopulate(coord, study, merged - 1, cells)
+        scale = max(1, cells // 10_000)
+        posts, gets = (max(args.clients, n // scale) for n in (args.posts, args.gets))
+        r = measure(coord, bare, study, signed, tokens, posts, gets)
+        print(row(db, f"{m} ({cells})", merged, r), flush=True)
 
 
 if __name__ == "__main__":
