@@ -15,8 +15,8 @@ response of either server stalled 40 ms and the ratio measured that stall).
 ``N`` is reached fast by inserting contributions of an all-zero release straight into the
 tables (their sum is zero, so the stored snapshot stays exact): real rows in every table and
 index ingest touches.
-``--large`` adds m = 100 tables of a 65,536-record sample (822k cells, a 1.1 MB body).
-``--profile`` first prints where one contribution's time goes, stage by stage.
+``--large`` adds m = 100 tables of a 65,536-record sample (822k cells, a 1.5 MB body).
+Where one contribution's time goes, stage by stage: ``tests/benchmarks/profile_ingest.py``.
 """
 
 from __future__ import annotations
