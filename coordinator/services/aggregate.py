@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from threading import Lock
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -149,7 +150,7 @@ def _wire(decoded: Decoded, n_cells: int) -> EncodedCounts:
     """The ``fedod-counts/1`` form of a model vector, compressed at ``MODEL_ZLIB_LEVEL``."""
     indices, values = decoded
     fits32 = values.size == 0 or (int(values.min()) >= _I4.min and int(values.max()) <= _I4.max)
-    dtype = "<i4" if fits32 else "<i8"
+    dtype: Literal["<i4", "<i8"] = "<i4" if fits32 else "<i8"
     body = values.astype(np.dtype(dtype)).tobytes()
     if indices is not None:
         body = indices.astype(_I8).tobytes() + body

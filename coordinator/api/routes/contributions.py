@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
+from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import CurrentParticipant, SessionDep, SettingsDep, StudyMember
+from coordinator.api.deps import Credentials
+from coordinator.api.onehop import as_member
+from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
-from coordinator.models import Contribution
-from coordinator.services.contributions import Stored, submit
+from coordinator.models import Contribution, Participant, Study
+from coordinator.services.charge import Stored
+from coordinator.services.contributions import Outcome, submit
 
 router = APIRouter(prefix="/studies", tags=["contributions"])
 
@@ -35,27 +39,33 @@ def contribution_public(
     status_code=status.HTTP_201_CREATED,
     responses={200: {"description": "replay of an earlier request with the same key"}},
 )
-def create_contribution(
+async def create_contribution(
+    study_id: str,
     body: ContributionCreate,
-    study: StudyMember,
-    participant: CurrentParticipant,
-    session: SessionDep,
-    settings: SettingsDep,
+    request: Request,
+    creds: Credentials,
     response: Response,
 ) -> ContributionPublic:
     """Validate, store and charge one release (201; 200 for a replayed key).
 
-    A later release of the same participant for the same study replaces its earlier one in
-    the model; every release is charged.
+    For members of the study. A later release of the same participant for the same study
+    replaces its earlier one in the model; every release is charged.
     """
-    name = participant.name
-    try:
-        outcome = submit(
-            session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
-        )
-    except Exception:
-        CONTRIBUTIONS.labels("refused").inc()
-        raise
+
+    def work(
+        session: Session, settings: Settings, participant: Participant, study: Study
+    ) -> tuple[Outcome, str]:
+        name = participant.name
+        try:
+            outcome = submit(
+                session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
+            )
+        except Exception:
+            CONTRIBUTIONS.labels("refused").inc()
+            raise
+        return outcome, name
+
+    outcome, name = await as_member(request, creds, study_id, work)
     if outcome.replay:
         response.status_code = status.HTTP_200_OK
         CONTRIBUTIONS.labels("replayed").inc()
