@@ -7,11 +7,11 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import Credentials
-from coordinator.api.onehop import as_member
+from coordinator.api.deps import Credentials, get_caller, require_participant, study_member
+from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
-from coordinator.models import Contribution, Participant, Study
+from coordinator.models import Contribution
 from coordinator.services.charge import Stored
 from coordinator.services.contributions import Outcome, submit
 
@@ -52,9 +52,9 @@ async def create_contribution(
     replaces its earlier one in the model; every release is charged.
     """
 
-    def work(
-        session: Session, settings: Settings, participant: Participant, study: Study
-    ) -> tuple[Outcome, str]:
+    def work(session: Session, settings: Settings) -> tuple[Outcome, str]:
+        participant = require_participant(get_caller(session, settings, creds))
+        study = study_member(study_id, session, participant)
         name = participant.name
         try:
             outcome = submit(
@@ -65,7 +65,7 @@ async def create_contribution(
             raise
         return outcome, name
 
-    outcome, name = await as_member(request, creds, study_id, work)
+    outcome, name = await in_one_hop(request, work)
     if outcome.replay:
         response.status_code = status.HTTP_200_OK
         CONTRIBUTIONS.labels("replayed").inc()

@@ -7,9 +7,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.schemas import ModelPublic
-from coordinator.api.deps import Credentials
-from coordinator.api.onehop import as_reader
-from coordinator.models import Aggregate, Study
+from coordinator.api.deps import Credentials, get_caller, study_reader
+from coordinator.api.onehop import in_one_hop
+from coordinator.config import Settings
+from coordinator.models import Aggregate
 from coordinator.services.aggregate import cached_model, fold, model_json
 from coordinator.services.studies import study_config
 
@@ -33,7 +34,8 @@ async def get_model(
     stored since the last read, then cached per model version.
     """
 
-    def work(session: Session, study: Study) -> Response:
+    def work(session: Session, settings: Settings) -> Response:
+        study = study_reader(study_id, session, get_caller(session, settings, creds))
         config = study_config(study)
         version = session.scalar(select(Aggregate.version).where(Aggregate.study_id == study_id))
         assert version is not None
@@ -49,4 +51,4 @@ async def get_model(
             body = model_json(snapshot, config)
         return Response(body, media_type="application/json", headers=headers)
 
-    return await as_reader(request, creds, study_id, work)
+    return await in_one_hop(request, work)
