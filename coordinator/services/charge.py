@@ -4,12 +4,13 @@ Built once at import (SQLAlchemy then only binds parameters: about a tenth of th
 ORM query built per call) and run on the session's connection, in this order:
 
 1. ``CHARGE``: a conditional ``UPDATE participants`` (active, within both caps) - the
-   participant row lock, which makes the budget and the ``LATEST`` lookup exact;
-2. ``LATEST``: the participant's previous release for the study, which this one replaces;
-3. ``BUMP``: ``UPDATE aggregates`` (version + 1, contributors + 1 for a first release) - the
-   study's counter row lock, the lock a config re-sign takes too;
-4. ``CONFIG``: the study's current config version and digest, read under that lock;
-5. ``INSERT`` the contribution and its ledger entry.
+   participant row lock: no other release of this participant runs until commit, so every
+   later statement's snapshot holds all of its earlier releases (``LATEST`` is exact);
+2. ``BUMP``: ``UPDATE aggregates`` (version + 1, contributors + 1 when ``LATEST``, the
+   participant's previous release for the study, is none) - the study's counter row lock,
+   the lock a config re-sign takes too;
+3. ``CONFIG``: the study's current config version and digest, read under that lock;
+4. ``INSERT`` the contribution (``replaces_id`` = ``LATEST``) and its ledger entry.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, case, func, insert, select, update
 
 from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
 
@@ -41,21 +42,22 @@ CHARGE = (
     )
     .returning(Participant.id)
 )
-LATEST = select(func.max(Contribution.id)).where(
-    Contribution.participant_id == bindparam("pid"), Contribution.study_id == bindparam("sid")
+_MINE = (Contribution.participant_id == bindparam("pid")) & (
+    Contribution.study_id == bindparam("sid")
 )
+LATEST = select(func.max(Contribution.id)).where(_MINE).scalar_subquery()
 BUMP = (
     update(Aggregate)
     .where(Aggregate.study_id == bindparam("sid"))
     .values(
         version=Aggregate.version + 1,
-        contributors=Aggregate.contributors + bindparam("newcomer"),
+        contributors=Aggregate.contributors + case((LATEST.is_(None), 1), else_=0),
         updated_at=bindparam("now"),
     )
     .returning(Aggregate.version)
 )
 CONFIG = select(Study.config_version, Study.config_digest).where(Study.id == bindparam("sid"))
-INSERT_CONTRIBUTION = insert(Contribution).returning(Contribution.id)
+INSERT_CONTRIBUTION = insert(Contribution).values(replaces_id=LATEST).returning(Contribution.id)
 INSERT_LEDGER = insert(LedgerEntry)
 
 
@@ -103,13 +105,10 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     ids = {"pid": r.participant_id, "sid": r.study_id}
     if conn.execute(CHARGE, {"eps": r.eps_units, "delta": r.delta_units, **ids}).first() is None:
         return None
-    replaces = conn.execute(LATEST, ids).scalar()
     now = utcnow()
-    version = conn.execute(
-        BUMP, {"sid": r.study_id, "newcomer": int(replaces is None), "now": now}
-    ).scalar_one()
+    version = conn.execute(BUMP, {**ids, "now": now}).scalar_one()
     check(*conn.execute(CONFIG, {"sid": r.study_id}).one())
-    row = {**r.__dict__, "replaces_id": replaces, "model_version": version, "created_at": now}
+    row = {**r.__dict__, **ids, "model_version": version, "created_at": now}
     contribution_id = conn.execute(INSERT_CONTRIBUTION, row).scalar_one()
     conn.execute(
         INSERT_LEDGER,
