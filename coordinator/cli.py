@@ -74,12 +74,11 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    import uvicorn
-
+    from coordinator import serve
     from coordinator.logs import log_config
 
     try:
-        uvicorn.run(
+        serve.run(
             "coordinator.main:create_app",
             factory=True,
             host=args.host,

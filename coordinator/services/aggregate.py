@@ -1,89 +1,202 @@
-"""The global model: storage of the merged sums and their wire form (pure numpy + common)."""
+"""The global model: sums folded from the stored contributions, and their wire form.
+
+Storage layout (DESIGN 5, issue 14): ingest stores a contribution and bumps the study's model
+counter; it never rewrites the sums. The sums live in one ``AggregateSnapshot`` row per study
+that is *folded* forward when the model is read: add every contribution whose
+``model_version`` is past the snapshot's, subtract each release those replace (a participant
+counts once, issue 11 item 5). Folding takes the snapshot row lock and the contributions it
+reads were committed together with the counter they bumped, so the result is exact under any
+number of workers; the ingest cost does not depend on the model size or on how many
+contributions were merged before.
+
+Every use of ``common.encoding.decode_counts`` and ``common.merge`` is in :func:`decode_vector`
+and :func:`combine`, so a change of the sparse key type touches only these two functions.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from threading import Lock
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.orm import Session
 
 from common.cellkeys import key_words
 from common.config import StudyConfig
-from common.encoding import EncodedCounts, encode_counts
+from common.encoding import EncodedCounts, decode_counts
 from common.merge import merge_sparse, merge_sum
 from common.schemas import ModelPublic
-from coordinator.models import Aggregate
+from coordinator.models import AggregateSnapshot, Contribution
 
 _I8 = np.dtype("<i8")
+_I4 = np.iinfo(np.int32)
+MODEL_ZLIB_LEVEL = 1
+"""zlib level of the served model: level 9 cost 741 ms at 650k cells, level 1 27 ms (6 %
+larger); the model is re-encoded at every new version, a release is encoded once."""
 Decoded = tuple[NDArray[np.int64] | None, NDArray[np.int64]]
 
 
-def _array(blob: bytes | None, n: int | None = None) -> NDArray[np.int64]:
-    if not blob:
-        return np.zeros(n or 0, dtype=np.int64)
-    return np.frombuffer(blob, dtype=_I8).astype(np.int64)
+def decode_vector(enc: EncodedCounts, n_cells: int, max_bytes: int) -> Decoded:
+    """Decode and validate one wire vector (``(indices or None, values)``, int64)."""
+    return decode_counts(enc, expected_cells=n_cells, max_bytes=max_bytes)
 
 
-def lsh_sum(aggregate: Aggregate, config: StudyConfig) -> NDArray[np.int64]:
-    return _array(aggregate.lsh_sum, config.lsh_cells)
+def combine(total: Decoded, part: Decoded, sign: int = 1) -> Decoded:
+    """``total + sign * part``, exact (overflow raises PayloadInvalid); sparse drops zeros."""
+    (tot_idx, tot_val), (part_idx, part_val) = total, part
+    if tot_idx is None or part_idx is None:
+        return None, merge_sum(tot_val, sign * part_val)
+    idx, val = merge_sparse(tot_idx, tot_val, part_idx, sign * part_val)
+    keep = val != 0
+    return idx[keep], val[keep]
 
 
-def grid_sum(aggregate: Aggregate, config: StudyConfig) -> Decoded | None:
-    """``(indices or None, values)`` of the merged grid, or None when the study has none."""
-    if config.grid is None:
-        return None
-    if config.grid_layout == "dense":
-        return None, _array(aggregate.grid_values, config.grid_cells)
-    words = key_words(config.grid_cells)  # sparse keys: rows of `words` int64 words
-    return _array(aggregate.grid_indices).reshape(-1, words), _array(aggregate.grid_values)
+def _array(blob: bytes | None) -> NDArray[np.int64]:
+    return np.frombuffer(blob or b"", dtype=_I8).astype(np.int64)
 
 
-def add_release(
-    aggregate: Aggregate, config: StudyConfig, lsh: NDArray[np.int64], grid: Decoded | None
-) -> None:
-    """Add one decoded release to the stored sums (exact; overflow raises PayloadInvalid)."""
-    aggregate.lsh_sum = merge_sum(lsh_sum(aggregate, config), lsh).astype(_I8).tobytes()
-    current = grid_sum(aggregate, config)
-    if current is not None and grid is not None:
-        (cur_idx, cur_val), (new_idx, new_val) = current, grid
-        if cur_idx is None or new_idx is None:
-            aggregate.grid_values = merge_sum(cur_val, new_val).astype(_I8).tobytes()
-        else:
-            idx, val = merge_sparse(cur_idx, cur_val, new_idx, new_val)
-            aggregate.grid_indices = idx.astype(_I8).tobytes()
-            aggregate.grid_values = val.astype(_I8).tobytes()
+def _blob(values: NDArray[np.int64]) -> bytes:
+    return values.astype(_I8).tobytes()
 
 
-def _encode(decoded: Decoded, n_cells: int) -> EncodedCounts:
+@dataclass
+class Sums:
+    """Decoded sums of a snapshot: the LSH vector and the grid (None without a grid)."""
+
+    lsh: Decoded
+    grid: Decoded | None
+
+    @classmethod
+    def load(cls, snapshot: AggregateSnapshot, config: StudyConfig) -> Sums:
+        lsh = _array(snapshot.lsh_sum)
+        lsh = lsh if lsh.size else np.zeros(config.lsh_cells, dtype=np.int64)
+        if config.grid is None:
+            return cls((None, lsh), None)
+        values = _array(snapshot.grid_values)
+        if config.grid_layout == "dense":
+            grid_values = values if values.size else np.zeros(config.grid_cells, dtype=np.int64)
+            return cls((None, lsh), (None, grid_values))
+        words = key_words(config.grid_cells)  # sparse keys: rows of `words` int64 words
+        return cls((None, lsh), (_array(snapshot.grid_indices).reshape(-1, words), values))
+
+    def store(self, snapshot: AggregateSnapshot) -> None:
+        snapshot.lsh_sum = _blob(self.lsh[1])
+        if self.grid is not None:
+            indices, values = self.grid
+            snapshot.grid_indices = _blob(indices) if indices is not None else None
+            snapshot.grid_values = _blob(values)
+
+    def add_payloads(self, config: StudyConfig, lsh: str, grid: str | None, sign: int) -> None:
+        """Add (``sign`` 1) or subtract (-1) one stored contribution."""
+        limit = 2**62  # already validated at ingest; the bound only guards memory
+        decoded = decode_vector(EncodedCounts.model_validate_json(lsh), config.lsh_cells, limit)
+        self.lsh = combine(self.lsh, decoded, sign)
+        if self.grid is not None and grid is not None:
+            enc = EncodedCounts.model_validate_json(grid)
+            self.grid = combine(self.grid, decode_vector(enc, config.grid_cells, limit), sign)
+
+
+def _payloads(session: Session, where: ColumnElement[bool]) -> Iterator[tuple[str, str | None]]:
+    query = select(Contribution.lsh_payload, Contribution.grid_payload).where(where)
+    for row in session.execute(query).yield_per(32):
+        yield row[0], row[1]
+
+
+def fold(session: Session, study_id: str, config: StudyConfig, target: int) -> AggregateSnapshot:
+    """Bring the study's snapshot to model version ``target`` (or later) and commit it.
+
+    ``target`` must be a version read from the ``aggregates`` row: every contribution up to
+    it is committed (it was stored in the transaction that bumped the counter).
+    """
+    snapshot = session.get(AggregateSnapshot, study_id)
+    if snapshot is not None and snapshot.version >= target:
+        return snapshot
+    snapshot = session.scalar(
+        select(AggregateSnapshot)
+        .where(AggregateSnapshot.study_id == study_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    assert snapshot is not None, f"study {study_id!r} has no snapshot row"
+    if snapshot.version >= target:
+        session.commit()
+        return snapshot
+    window = (
+        (Contribution.study_id == study_id)
+        & (Contribution.model_version > snapshot.version)
+        & (Contribution.model_version <= target)
+    )
+    sums = Sums.load(snapshot, config)
+    for lsh, grid in _payloads(session, window):
+        sums.add_payloads(config, lsh, grid, 1)
+    replaced = select(Contribution.replaces_id).where(window, Contribution.replaces_id.is_not(None))
+    for lsh, grid in _payloads(session, Contribution.id.in_(replaced)):
+        sums.add_payloads(config, lsh, grid, -1)
+    newcomers = select(func.count()).where(window, Contribution.replaces_id.is_(None))
+    sums.store(snapshot)
+    snapshot.contributors += session.scalar(newcomers) or 0
+    snapshot.version = target
+    session.commit()
+    return snapshot
+
+
+def _wire(decoded: Decoded, n_cells: int) -> EncodedCounts:
+    """The ``fedod-counts/1`` form of a model vector, compressed at ``MODEL_ZLIB_LEVEL``."""
     indices, values = decoded
-    return encode_counts(values, indices=indices, n_cells=n_cells)
+    fits32 = values.size == 0 or (int(values.min()) >= _I4.min and int(values.max()) <= _I4.max)
+    dtype: Literal["<i4", "<i8"] = "<i4" if fits32 else "<i8"
+    body = values.astype(np.dtype(dtype)).tobytes()
+    if indices is not None:
+        body = indices.astype(_I8).tobytes() + body
+    return EncodedCounts(
+        layout="dense" if indices is None else "sparse",
+        n_cells=n_cells,
+        dtype=dtype,
+        nnz=None if indices is None else int(indices.size),
+        data=base64.b64encode(zlib.compress(body, MODEL_ZLIB_LEVEL)).decode("ascii"),
+        sha256=hashlib.sha256(body).hexdigest(),
+    )
 
 
-_cache: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+_cache: OrderedDict[tuple[object, int, int], bytes] = OrderedDict()
 _cache_lock = Lock()
 _CACHE_SIZE = 32
 
 
-def model_json(aggregate: Aggregate, config: StudyConfig) -> bytes:
-    """The ``ModelPublic`` JSON of an aggregate, cached per (seed, config and model version)."""
-    key = (config.lsh.seed, config.version, aggregate.version)
+def cached_model(config: StudyConfig, version: int) -> bytes | None:
+    """The ``ModelPublic`` JSON of this config and model version if this process has it."""
     with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    grid = grid_sum(aggregate, config)
+        body = _cache.get((config.lsh.seed, config.version, version))
+        if body is not None:
+            _cache.move_to_end((config.lsh.seed, config.version, version))
+        return body
+
+
+def model_json(snapshot: AggregateSnapshot, config: StudyConfig) -> bytes:
+    """The ``ModelPublic`` JSON of a snapshot, cached per (seed, config and model version)."""
+    cached = cached_model(config, snapshot.version)
+    if cached is not None:
+        return cached
+    sums = Sums.load(snapshot, config)
     model = ModelPublic(
-        study_id=aggregate.study_id,
+        study_id=snapshot.study_id,
         config_version=config.version,
-        version=aggregate.version,
-        contributors=aggregate.contributors,
-        lsh=_encode((None, lsh_sum(aggregate, config)), config.lsh_cells),
-        grid=_encode(grid, config.grid_cells) if grid is not None else None,
+        version=snapshot.version,
+        contributors=snapshot.contributors,
+        lsh=_wire(sums.lsh, config.lsh_cells),
+        grid=_wire(sums.grid, config.grid_cells) if sums.grid is not None else None,
     )
     body = model.model_dump_json().encode()
     with _cache_lock:
-        _cache[key] = body
+        _cache[(config.lsh.seed, config.version, snapshot.version)] = body
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return body

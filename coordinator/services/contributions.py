@@ -1,9 +1,11 @@
-"""Contributions: validate everything, then store + charge + merge in one transaction.
+"""Contributions: validate everything, then store + charge + count in one transaction.
 
-Locking: the participant row, then the study's aggregate row (``SELECT ... FOR UPDATE`` on
-PostgreSQL; SQLite runs every transaction as ``BEGIN IMMEDIATE``, a single writer). Holding the
-participant lock makes the idempotency and budget checks exact; holding the aggregate lock
-makes the read-modify-write of the global sums exact, with any number of workers.
+Order of work, cheapest refusal first: idempotent replay (one indexed lookup, keys scoped per
+participant and study), config version and digest, claimed cost, budget (all before the body
+is decoded), then decoding and the digest of the counts, then one short write transaction
+(``services.charge``: its locks make budget, replacement and config checks exact under any
+number of workers). The sums are not touched here: they are folded from the stored
+contributions when the model is read (``services.aggregate.fold``).
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ import hmac
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.encoding import EncodedCounts, decode_counts
+from common.encoding import EncodedCounts
 from common.errors import (
     BudgetExceeded,
     ConfigVersionConflict,
@@ -30,8 +31,10 @@ from common.errors import (
     SchemaMismatch,
 )
 from common.schemas import ContributionCreate
-from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study
-from coordinator.services.aggregate import Decoded, add_release
+from coordinator.models import Contribution, Participant, Study
+from coordinator.services import charge
+from coordinator.services.aggregate import Decoded, decode_vector
+from coordinator.services.charge import Stored
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.contributions")
@@ -45,21 +48,26 @@ class ParticipantRevoked(FedodError):
 
 @dataclass(frozen=True)
 class Outcome:
-    contribution: Contribution
+    contribution: Stored | Contribution
     replay: bool
 
 
 def request_digest(body: ContributionCreate) -> str:
-    """What "the same bytes" means for a retry: the canonical JSON of the request."""
-    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+    """What "the same release" means for a retry: the canonical JSON without the count data.
+
+    The counts are represented by their SHA-256 (of the decompressed bytes, checked when the
+    release is decoded), so a retry is recognised without re-serialising and hashing the
+    whole body; two releases with different counts always differ here.
+    """
+    exclude = {"lsh": {"data"}, "grid": {"data"}}
+    return hashlib.sha256(body.model_dump_json(exclude=exclude).encode()).hexdigest()
 
 
-def _previous(session: Session, participant: Participant, key: str) -> Contribution | None:
-    return session.scalar(
-        select(Contribution).where(
-            Contribution.participant_id == participant.id, Contribution.idempotency_key == key
-        )
-    )
+def _previous(
+    session: Session, participant_id: int, study_id: str, key: str
+) -> Contribution | None:
+    found, _ = charge.previous(session.connection(), participant_id, study_id, key)
+    return session.get(Contribution, found) if found else None
 
 
 def _replay(previous: Contribution, digest: str) -> Outcome:
@@ -72,17 +80,17 @@ def _replay(previous: Contribution, digest: str) -> Outcome:
     return Outcome(previous, replay=True)
 
 
-def _check_config(study: Study, body: ContributionCreate) -> None:
-    if body.config_version != study.config_version:
+def _check_config(study_id: str, version: int, digest: str, body: ContributionCreate) -> None:
+    if body.config_version != version:
         raise ConfigVersionConflict(
             f"config version {body.config_version} is not the current version "
-            f"{study.config_version} of study {study.id!r}; fetch the config again",
-            current=study.config_version,
+            f"{version} of study {study_id!r}; fetch the config again",
+            current=version,
         )
-    if not hmac.compare_digest(body.config_digest, study.config_digest):
+    if not hmac.compare_digest(body.config_digest, digest):
         raise ConfigVersionConflict(
-            f"config digest does not match version {study.config_version} of study "
-            f"{study.id!r}; fetch the config again and verify its signature"
+            f"config digest does not match version {version} of study "
+            f"{study_id!r}; fetch the config again and verify its signature"
         )
 
 
@@ -100,11 +108,23 @@ def _check_cost(config: StudyConfig, body: ContributionCreate) -> PrivacyBudget:
     return cost
 
 
+def _over_budget(participant: Participant, cost: PrivacyBudget) -> BudgetExceeded | None:
+    """The refusal when ``cost`` does not fit (a sum past the exact range never fits)."""
+    spent, cap = participant.spent, participant.cap
+    try:
+        fits = (spent + cost).fits_within(cap)
+    except ValueError:  # spent + cost is past what the ledger can hold exactly
+        fits = False
+    if fits:
+        return None
+    return BudgetExceeded(spent=spent, asked=cost, cap=cap, participant=participant.name)
+
+
 def _decode(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes: int) -> Decoded:
     if enc.layout != layout:
         raise SchemaMismatch(f"{what} counts must be {layout}, got {enc.layout}")
     try:
-        return decode_counts(enc, expected_cells=n_cells, max_bytes=max_bytes)
+        return decode_vector(enc, n_cells, max_bytes)
     except PayloadInvalid as exc:
         exc.message = f"{what} counts: {exc.message}"
         raise
@@ -133,96 +153,63 @@ def submit(
     *,
     max_decoded_bytes: int,
 ) -> Outcome:
-    """Validate a release fully, then store, charge and merge it atomically."""
+    """Validate a release fully (budget before decoding), then store and charge it atomically."""
     digest = request_digest(body)
-    previous = _previous(session, participant, body.idempotency_key)
+    previous = _previous(session, participant.id, study.id, body.idempotency_key)
     if previous is not None:
         return _replay(previous, digest)
-    _check_config(study, body)
+    _check_config(study.id, study.config_version, study.config_digest, body)
     config = study_config(study)
     cost = _check_cost(config, body)
-    session.commit()  # end the read transaction before the slow decoding
-    lsh, grid = decode_release(config, body, max_decoded_bytes)
+    refusal = _over_budget(participant, cost)
+    if refusal is not None:
+        raise refusal
+    name, eps_delta = participant.name, cost.to_units()
+    release = charge.Release(
+        participant.id,
+        study.id,
+        body.idempotency_key,
+        digest,
+        body.config_version,
+        *eps_delta,
+        body.lsh.model_dump_json(),
+        body.grid.model_dump_json() if body.grid is not None else None,
+    )
+    session.rollback()  # end the read transaction (SQLite: the write lock) before decoding
+    decode_release(config, body, max_decoded_bytes)
+
+    def check(version: int, config_digest: str) -> None:
+        _check_config(release.study_id, version, config_digest, body)
+
     try:
-        return _store(session, participant.id, study.id, body, digest, config, cost, lsh, grid)
+        stored = charge.store(session.connection(), release, check)
+        if stored is None:
+            return _refuse_charge(session, release, cost)
+        session.commit()
     except IntegrityError:
         session.rollback()
-        previous = _previous(session, participant, body.idempotency_key)
+        previous = _previous(
+            session, release.participant_id, release.study_id, body.idempotency_key
+        )
         if previous is None:
             raise
         return _replay(previous, digest)
-
-
-def _store(
-    session: Session,
-    participant_id: int,
-    study_id: str,
-    body: ContributionCreate,
-    digest: str,
-    config: StudyConfig,
-    cost: PrivacyBudget,
-    lsh: Decoded,
-    grid: Decoded | None,
-) -> Outcome:
-    participant = session.scalar(
-        select(Participant)
-        .where(Participant.id == participant_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
+    log.info(
+        "contribution stored",
+        extra={"study": stored.study_id, "participant": name, "id": stored.id},
     )
+    return Outcome(stored, replay=False)
+
+
+def _refuse_charge(session: Session, release: charge.Release, cost: PrivacyBudget) -> Outcome:
+    """Why the conditional charge matched no row: a replay that won the race, revoked, or over."""
+    participant = session.get(Participant, release.participant_id, populate_existing=True)
+    key = release.idempotency_key
+    previous = _previous(session, release.participant_id, release.study_id, key)
+    session.commit()  # nothing was written; the loaded rows stay readable
+    if previous is not None:
+        return _replay(previous, release.request_sha256)
     assert participant is not None
     if not participant.active:
         raise ParticipantRevoked(f"participant {participant.name!r} was revoked")
-    previous = _previous(session, participant, body.idempotency_key)
-    if previous is not None:
-        session.rollback()
-        return _replay(previous, digest)
-    if not (participant.spent + cost).fits_within(participant.cap):
-        spent, cap = participant.spent, participant.cap
-        session.rollback()
-        raise BudgetExceeded(spent=spent, asked=cost, cap=cap, participant=participant.name)
-    aggregate = session.scalar(
-        select(Aggregate)
-        .where(Aggregate.study_id == study_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    study = session.get(Study, study_id, populate_existing=True)
-    assert aggregate is not None and study is not None
-    _check_config(study, body)
-    add_release(aggregate, config, lsh[1], grid)
-    aggregate.version += 1
-    aggregate.contributors += 1
-    eps, delta = cost.to_units()
-    contribution = Contribution(
-        study_id=study_id,
-        participant_id=participant.id,
-        idempotency_key=body.idempotency_key,
-        request_sha256=digest,
-        config_version=body.config_version,
-        eps_units=eps,
-        delta_units=delta,
-        lsh_payload=body.lsh.model_dump_json(),
-        grid_payload=body.grid.model_dump_json() if body.grid is not None else None,
-        model_version=aggregate.version,
-    )
-    session.add(contribution)
-    session.flush()
-    session.add(
-        LedgerEntry(
-            participant_id=participant.id,
-            contribution_id=contribution.id,
-            study_id=study_id,
-            kind="lsh+grid" if grid is not None else "lsh",
-            eps_units=eps,
-            delta_units=delta,
-        )
-    )
-    participant.eps_spent += eps
-    participant.delta_spent += delta
-    session.commit()
-    log.info(
-        "contribution stored",
-        extra={"study": study_id, "participant": participant.name, "id": contribution.id},
-    )
-    return Outcome(contribution, replay=False)
+    raise _over_budget(participant, cost) or RuntimeError("the charge matched no row")

@@ -16,7 +16,7 @@ from common.noise.planning import config_noise_warning, plan_lsh_tables
 from common.schemas import StudyCreate, StudyPublic
 from common.signing import SignedConfig, sign_config
 from coordinator.keys import KeyStore
-from coordinator.models import Aggregate, Member, Participant, Study, utcnow
+from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
 
 log = logging.getLogger("fedod.studies")
 
@@ -69,7 +69,8 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
     _store_signature(study, config, keys)
     session.add(study)
     session.flush()
-    session.add(Aggregate(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
+    session.add(Aggregate(study_id=study.id, version=0, contributors=0))
+    session.add(AggregateSnapshot(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
     session.commit()
     log.info("study created", extra={"study": study.id, "lsh_cells": config.lsh_cells})
     warning = config_noise_warning(config, getattr(body, "aggregation", None))

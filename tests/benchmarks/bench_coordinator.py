@@ -1,14 +1,29 @@
-"""Throughput of the coordinator next to a bare FastAPI endpoint, same payloads, same run.
+"""Coordinator ingest next to a bare FastAPI endpoint taking the same body, in the same run.
 
-Run: ``.venv/bin/python tests/benchmarks/bench_coordinator.py [--workers 2] [--clients 50]``.
-Needs PostgreSQL (FEDOD_TEST_POSTGRES_URL or the default test database). Prints
-contributions/s and model GETs/s for both servers and the ratio.
+Run: ``.venv/bin/python tests/benchmarks/bench_coordinator.py [--db sqlite postgres]
+[--tables 100 1000] [--merged 1 100 10000] [--large]``. PostgreSQL comes from
+FEDOD_TEST_POSTGRES_URL or the default test database (a private schema, dropped after).
+
+For each database, table count m and number N of contributions already merged, it prints
+contributions/s and model GETs/s of the coordinator and of the bare server (same request
+bytes; the bare GET serves a body of the coordinator model's size), their ratio, and the
+server CPU per request of both (so a loaded machine or the client cannot fake the ratio).
+The load client is a raw keep-alive HTTP/1.1 client on asyncio streams with prebuilt request
+bytes (its CPU per request is printed), not httpx. Both servers run through
+``coordinator.serve`` (uvicorn with TCP_NODELAY on multi-worker sockets; without it every
+response of either server stalled 40 ms and the ratio measured that stall).
+``N`` is reached fast by inserting contributions of an all-zero release straight into the
+tables (their sum is zero, so the stored snapshot stays exact): real rows in every table and
+index ingest touches.
+``--large`` adds m = 100 tables of a 65,536-record sample (822k cells, a 1.5 MB body).
+Where one contribution's time goes, stage by stage: ``tests/benchmarks/profile_ingest.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -24,34 +39,41 @@ import numpy as np
 import sqlalchemy as sa
 from fastapi import FastAPI, Response
 
+from common.encoding import encode_counts
 from common.schemas import ContributionCreate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import CoordinatorKit  # noqa: E402
 
 bare_app = FastAPI()
-_MODEL = b"{}"
+MODEL_DIR = Path(os.environ.get("BENCH_MODEL_DIR", tempfile.gettempdir()))
+_models: dict[str, tuple[float, bytes]] = {}
 
 
 @bare_app.post("/v1/studies/{study_id}/contributions", status_code=201)
 def bare_contribution(study_id: str, body: ContributionCreate) -> dict[str, str]:
-    """Validate the same payload and discard it."""
-    return {"status": "discarded"}
+    """Parse and validate the same payload, then discard it."""
+    return {"status": "discarded", "key": body.idempotency_key}
 
 
 @bare_app.get("/v1/studies/{study_id}/model")
 def bare_model(study_id: str) -> Response:
-    return Response(_MODEL, media_type="application/json")
+    """Serve a stored copy of the coordinator's model (same bytes, kept in memory)."""
+    path = MODEL_DIR / f"{study_id}.json"
+    mtime = path.stat().st_mtime
+    if study_id not in _models or _models[study_id][0] != mtime:
+        _models[study_id] = (mtime, path.read_bytes())
+    return Response(_models[study_id][1], media_type="application/json")
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def wait_ready(url: str, proc: subprocess.Popen) -> None:
-    for _ in range(300):
+    for _ in range(600):
         if proc.poll() is not None:
             raise RuntimeError("server exited")
         try:
@@ -62,95 +84,248 @@ def wait_ready(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError("server not ready")
 
 
-async def hammer(base: str, requests: list[tuple[str, str, dict | None, dict]], clients: int):
-    """Send ``requests`` (method, path, json, headers) with ``clients`` concurrent workers."""
-    queue: asyncio.Queue = asyncio.Queue()
-    for r in requests:
-        queue.put_nowait(r)
+def group_cpu(pgid: int) -> float:
+    """User + system CPU seconds of every live process in a process group."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def http_request(method: str, path: str, port: int, token: str, body: bytes = b"") -> bytes:
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n")
+    if body:
+        head += "Content-Type: application/json\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+async def _connection(port: int, requests: list[bytes], statuses: dict[int, int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for raw in requests:
+            writer.write(raw)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            statuses[status] = statuses.get(status, 0) + 1
+    finally:
+        writer.close()
+
+
+def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
+    """Send each list on its own keep-alive connection; rate, statuses, CPU per request."""
     statuses: dict[int, int] = {}
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
+    n = sum(map(len, per_connection))
 
-        async def worker() -> None:
-            while not queue.empty():
-                method, path, body, headers = queue.get_nowait()
-                r = await client.request(method, path, json=body, headers=headers)
-                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+    async def run() -> None:
+        await asyncio.gather(*(_connection(port, reqs, statuses) for reqs in per_connection))
 
+    cpu0, client0, start = group_cpu(pgid), time.process_time(), time.perf_counter()
+    asyncio.run(run())
+    elapsed = time.perf_counter() - start
+    return {"rate": n / elapsed, "statuses": statuses,
+            "server_ms": 1000 * (group_cpu(pgid) - cpu0) / n,
+            "client_ms": 1000 * (time.process_time() - client0) / n}
+
+
+class Coordinator:
+    """A real ``fedod-coordinator serve`` (2 workers) on a fresh SQLite file or PG schema."""
+
+    def __init__(self, db: str, workers: int, tmp: Path) -> None:
+        self.token, self.schema, self.base_pg = secrets.token_urlsafe(32), None, None
+        if db == "sqlite":
+            self.url = f"sqlite:///{tmp / 'coordinator.db'}"
+        else:
+            self.base_pg = os.environ.get(
+                "FEDOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+            self.schema = f"fedod_b_{secrets.token_hex(4)}"
+            with sa.create_engine(self.base_pg).begin() as conn:
+                conn.execute(sa.text(f'CREATE SCHEMA "{self.schema}"'))
+            self.url = f"{self.base_pg}?options={quote(f'-csearch_path={self.schema}')}"
+        env = {**os.environ, "FEDOD_DATABASE_URL": self.url, "FEDOD_ADMIN_TOKEN": self.token,
+               "FEDOD_DATA_DIR": str(tmp), "FEDOD_LOG_LEVEL": "WARNING",
+               "FEDOD_MAX_BODY_BYTES": str(16 * 2**20)}
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.cli", "serve", "--port", str(self.port),
+             "--workers", str(workers)], env=env, start_new_session=True,
+            stderr=subprocess.DEVNULL)
+        wait_ready(f"http://127.0.0.1:{self.port}/readyz", self.proc)
+        self.engine = sa.create_engine(self.url)
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=300,
+                            headers={"Authorization": f"Bearer {self.token}"})
+
+    def close(self) -> None:
+        os.killpg(self.proc.pid, 15)
+        self.proc.wait()
+        self.engine.dispose()
+        if self.schema:
+            with sa.create_engine(self.base_pg).begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA "{self.schema}" CASCADE'))
+
+
+def prepopulate(coord: Coordinator, study: str, n: int, cells: int) -> None:
+    """Add ``n`` merged contributions of an all-zero release (one filler participant each)."""
+    from coordinator.models import (
+        Aggregate,
+        AggregateSnapshot,
+        Contribution,
+        LedgerEntry,
+        Participant,
+    )
+
+    payload = encode_counts(np.zeros(cells, dtype=np.int64), n_cells=cells).model_dump_json()
+    tag = secrets.token_hex(3)
+    with coord.engine.begin() as conn:
+        old = conn.execute(sa.update(Aggregate).where(Aggregate.study_id == study).values(
+            version=Aggregate.version + n, contributors=Aggregate.contributors + n)
+            .returning(Aggregate.version)).scalar_one() - n
+        folded = conn.execute(sa.update(AggregateSnapshot).where(
+            AggregateSnapshot.study_id == study, AggregateSnapshot.version == old).values(
+            version=old + n, contributors=AggregateSnapshot.contributors + n)).rowcount
+        assert folded == 1, "read the model (fold) before pre-populating"
+        ids = conn.execute(sa.insert(Participant).returning(Participant.id), [
+            {"name": f"fill-{tag}-{i}", "token_hash": secrets.token_hex(32), "active": True,
+             "eps_cap": 10**9, "delta_cap": 0, "eps_spent": 5 * 10**8, "delta_spent": 0}
+            for i in range(n)]).scalars().all()
+        rows = [{"study_id": study, "participant_id": pid, "idempotency_key": f"fill{i:08d}",
+                 "request_sha256": "0" * 64, "config_version": 1, "eps_units": 5 * 10**8,
+                 "delta_units": 0, "lsh_payload": payload, "model_version": old + 1 + i}
+                for i, pid in enumerate(ids)]
+        cids = conn.execute(sa.insert(Contribution).returning(Contribution.id),
+                            rows).scalars().all()
+        conn.execute(sa.insert(LedgerEntry), [
+            {"participant_id": pid, "contribution_id": cid, "study_id": study, "kind": "lsh",
+             "eps_units": 5 * 10**8, "delta_units": 0} for pid, cid in zip(ids, cids, strict=True)])
+
+
+def release_bytes(signed: dict, n: int, distinct: int = 4) -> list[bytes]:
+    """``n`` request bodies with fresh keys over ``distinct`` noisy-looking count vectors."""
+    rng = np.random.default_rng(0)
+    templates = [CoordinatorKit.release(signed, rng)[0] for _ in range(distinct)]
+    return [json.dumps({**templates[i % distinct], "idempotency_key": secrets.token_hex(16)})
+            .encode() for i in range(n)]
+
+
+def setup_study(coord: Coordinator, study: str, tables: int, sample: int, clients: int):
+    with coord.admin() as c:
+        spec = CoordinatorKit.study_spec(study, n_features=10, n_tables=tables,
+                                         sample_size=sample)
+        r = c.post("/v1/studies", json=spec)
+        assert r.status_code == 201, r.text
+        signed, tokens = r.json()["config"], []
+        for i in range(clients):
+            r = c.post("/v1/participants", json={"name": f"{study}-p{i}",
+                                                 "epsilon_cap": "1000000"})
+            tokens.append(r.json()["token"])
+            c.post(f"/v1/studies/{study}/members", json={"participant": f"{study}-p{i}"})
+    return signed, tokens
+
+
+def measure(coord: Coordinator, bare: tuple[int, int], study: str, signed: dict,
+            tokens: list[str], posts: int, gets: int) -> dict:
+    """One phase: ``posts`` contributions then ``gets`` model reads, coordinator and bare."""
+    bodies = release_bytes(signed, posts)
+    path = f"/v1/studies/{study}/contributions"
+    out = {"body_kb": len(bodies[0]) / 1024}
+    for name, port, pgid in (("coord", coord.port, coord.proc.pid), ("bare", *bare)):
+        conns = [[http_request("POST", path, port, tok, b) for b in bodies[i::len(tokens)]]
+                 for i, tok in enumerate(tokens)]
+        out[f"{name}_post"] = hammer(port, pgid, conns)
+    with coord.admin() as c:
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        elapsed = time.perf_counter() - start
-    return len(requests) / elapsed, statuses
+        model = c.get(f"/v1/studies/{study}/model").content
+        out["fold_ms"] = 1000 * (time.perf_counter() - start)
+    (MODEL_DIR / f"{study}.json").write_bytes(model)
+    out["model_kb"] = len(model) / 1024
+    mpath = f"/v1/studies/{study}/model"
+    for name, port, pgid in (("coord", coord.port, coord.proc.pid), ("bare", *bare)):
+        conns = [[http_request("GET", mpath, port, tok)] * (gets // len(tokens)) for tok in tokens]
+        out[f"{name}_get"] = hammer(port, pgid, conns)
+    return out
+
+
+HEADER = ("| db | m (cells) | merged before | body KB | coordinator c/s | bare c/s | ratio | "
+          "server CPU ms/req coord / bare | client CPU ms/req | first GET (fold) ms | "
+          "model KB | GETs/s coord / bare | GET ratio |")
+
+
+def row(db: str, label: str, merged: int, r: dict) -> str:
+    cp, bp, cg, bg = r["coord_post"], r["bare_post"], r["coord_get"], r["bare_get"]
+    bad = {k: v for x in (cp, bp, cg, bg) for k, v in x["statuses"].items() if k >= 300}
+    return (f"| {db} | {label} | {merged} | {r['body_kb']:.0f} | {cp['rate']:.1f} | "
+            f"{bp['rate']:.1f} | **{cp['rate'] / bp['rate']:.2f}** | "
+            f"{cp['server_ms']:.2f} / {bp['server_ms']:.2f} | {cp['client_ms']:.2f} | "
+            f"{r['fold_ms']:.0f} | {r['model_kb']:.0f} | {cg['rate']:.0f} / {bg['rate']:.0f} | "
+            f"{cg['rate'] / bg['rate']:.2f} |" + (f" non-2xx: {bad}" if bad else ""))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"])
+    parser.add_argument("--tables", nargs="+", type=int, default=[100, 1000])
+    parser.add_argument("--merged", nargs="+", type=int, default=[1, 100, 10000])
+    parser.add_argument("--large", action="store_true", help="add m=100 x 65,536-record tables")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--contributions", type=int, default=1000)
-    parser.add_argument("--gets", type=int, default=3000)
+    parser.add_argument("--clients", type=int, default=8, help="keep-alive connections")
+    parser.add_argument("--posts", type=int, default=320, help="contributions per phase (m=100)")
+    parser.add_argument("--gets", type=int, default=400)
     args = parser.parse_args()
-    base_pg = os.environ.get(
-        "FEDOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    )
-    schema = f"fedod_b_{secrets.token_hex(4)}"
-    engine = sa.create_engine(base_pg)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    db_url = f"{base_pg}?options={quote(f'-csearch_path={schema}')}"
-    token = secrets.token_urlsafe(32)
-    tmp = tempfile.mkdtemp()
-    env = {**os.environ, "FEDOD_DATABASE_URL": db_url, "FEDOD_ADMIN_TOKEN": token,
-           "FEDOD_DATA_DIR": tmp, "FEDOD_LOG_LEVEL": "WARNING"}
-    cport, bport = free_port(), free_port()
-    coord = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "serve", "--port",
-                              str(cport), "--workers", str(args.workers)], env=env,
-                             start_new_session=True, stderr=subprocess.DEVNULL)
-    bare = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir",
-                             str(Path(__file__).parent), "bench_coordinator:bare_app",
-                             "--port", str(bport), "--workers", str(args.workers),
-                             "--log-level", "warning"], start_new_session=True)
+    tmp = Path(tempfile.mkdtemp())
+    os.environ["BENCH_MODEL_DIR"] = str(MODEL_DIR)
+    bport = free_port()
+    launch = (f"from coordinator import serve; serve.run('bench_coordinator:bare_app', "
+              f"port={bport}, workers={args.workers}, log_level='warning', access_log=False)")
+    bare = subprocess.Popen([sys.executable, "-c", launch], start_new_session=True,
+                            cwd=Path(__file__).parent,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    cases = [(m, 256, merged) for m in args.tables for merged in args.merged]
+    if args.large:
+        cases.append((100, 65536, 1))
+    print(HEADER)
+    print("|" + "---|" * (HEADER.count("|") - 1))
     try:
-        curl, burl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{bport}"
-        wait_ready(curl + "/readyz", coord)
-        wait_ready(burl + "/docs", bare)
-        admin = {"Authorization": f"Bearer {token}"}
-        kit, rng = CoordinatorKit, np.random.default_rng(0)
-        with httpx.Client(base_url=curl, headers=admin, timeout=60) as c:
-            spec = kit.study_spec("bench", n_features=10, n_tables=100, sample_size=256)
-            signed = c.post("/v1/studies", json=spec).json()["config"]
-            tokens = []
-            for i in range(args.clients):
-                r = c.post("/v1/participants", json={"name": f"p{i}", "epsilon_cap": "100000"})
-                tokens.append(r.json()["token"])
-                c.post("/v1/studies/bench/members", json={"participant": f"p{i}"})
-        bodies = [kit.release(signed, rng)[0] for _ in range(args.contributions)]
-        size = len(ContributionCreate(**bodies[0]).model_dump_json())
-        post = [("POST", "/v1/studies/bench/contributions", b,
-                 {"Authorization": f"Bearer {tokens[i % len(tokens)]}"})
-                for i, b in enumerate(bodies)]
-        gets = [("GET", "/v1/studies/bench/model", None,
-                 {"Authorization": f"Bearer {tokens[i % len(tokens)]}"})
-                for i in range(args.gets)]
-        global _MODEL
-        model = httpx.get(curl + "/v1/studies/bench/model", headers=admin).content
-        print(f"payload {size} bytes, model {len(model)} bytes, {args.clients} clients, "
-              f"{args.workers} workers each")
-        results = {}
-        for name, url in (("coordinator", curl), ("bare", burl)):
-            results[name] = (asyncio.run(hammer(url, post, args.clients)),
-                             asyncio.run(hammer(url, gets, args.clients)))
-        for name, ((p, ps), (g, gs)) in results.items():
-            print(f"{name:12s} contributions/s {p:8.1f} {ps}   model GETs/s {g:8.1f} {gs}")
-        (cp, _), (cg, _) = results["coordinator"]
-        (bp, _), (bg, _) = results["bare"]
-        print(f"ratio coordinator/bare: contributions {cp / bp:.2f}, model GETs {cg / bg:.2f}")
+        wait_ready(f"http://127.0.0.1:{bport}/docs", bare)
+        for db in args.db:
+            coord = Coordinator(db, args.workers, tmp / db)
+            try:
+                run_db(coord, db, cases, (bport, bare.pid), args)
+            finally:
+                coord.close()
     finally:
-        for proc in (coord, bare):
-            os.killpg(proc.pid, 15)
-            proc.wait()
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        os.killpg(bare.pid, 15)
+        bare.wait()
+
+
+def run_db(coord: Coordinator, db: str, cases: list, bare: tuple[int, int], args) -> None:
+    """One study per case: ``merged`` contributions already merged, then measure."""
+    for m, sample, merged in cases:
+        study = f"m{m}s{sample}n{merged}"
+        signed, tokens = setup_study(coord, study, m, sample, args.clients)
+        with coord.admin() as c:  # one real merged contribution, read (folded)
+            body = json.loads(release_bytes(signed, 1)[0])
+            r = c.post(f"/v1/studies/{study}/contributions", json=body,
+                       headers={"Authorization": f"Bearer {tokens[0]}"})
+            assert r.status_code == 201, r.text
+            c.get(f"/v1/studies/{study}/model")
+        cells = CoordinatorKit.config_of(signed).lsh_cells
+        if merged > 1:
+            prepopulate(coord, study, merged - 1, cells)
+        scale = max(1, cells // 10_000)
+        posts, gets = (max(args.clients, n // scale) for n in (args.posts, args.gets))
+        r = measure(coord, bare, study, signed, tokens, posts, gets)
+        print(row(db, f"{m} ({cells})", merged, r), flush=True)
 
 
 if __name__ == "__main__":

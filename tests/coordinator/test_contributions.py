@@ -33,18 +33,27 @@ def assert_nothing_stored(client, name="h1"):
     assert model["version"] == 0 and model["contributors"] == 0
 
 
-def test_accepted_release_is_stored_charged_and_merged(client, h1, signed, coord_kit, rng):
+def model_lsh(model: dict) -> np.ndarray:
+    data = zlib.decompress(base64.b64decode(model["lsh"]["data"]))
+    assert hashlib.sha256(data).hexdigest() == model["lsh"]["sha256"]
+    return np.frombuffer(data, dtype=np.dtype(model["lsh"]["dtype"]))
+
+
+def test_later_release_replaces_earlier_one_and_both_are_charged(
+    client, h1, signed, coord_kit, rng
+):
     first, lsh1, _ = coord_kit.release(signed, rng)
     second, lsh2, _ = coord_kit.release(signed, rng)
     r1 = client.post(URL, json=first, headers=h1.headers)
+    assert r1.status_code == 201
+    model = client.get("/v1/studies/s1/model", headers=h1.headers).json()
+    np.testing.assert_array_equal(model_lsh(model), lsh1)
     r2 = client.post(URL, json=second, headers=h1.headers)
-    assert (r1.status_code, r2.status_code) == (201, 201)
+    assert r2.status_code == 201
     assert r1.json()["epsilon"] == "0.5" and r2.json()["model_version"] == 2
     model = client.get("/v1/studies/s1/model", headers=h1.headers).json()
-    assert model["contributors"] == 2
-    data = zlib.decompress(base64.b64decode(model["lsh"]["data"]))
-    dtype = np.dtype(model["lsh"]["dtype"])
-    np.testing.assert_array_equal(np.frombuffer(data, dtype=dtype), lsh1 + lsh2)
+    assert (model["contributors"], model["version"]) == (1, 2)
+    np.testing.assert_array_equal(model_lsh(model), lsh2)
     me = client.get("/v1/me", headers=h1.headers).json()
     assert me["epsilon_spent"] == "1" and me["epsilon_remaining"] == "0"
     assert [e["contribution_id"] for e in me["entries"]] == [r1.json()["id"], r2.json()["id"]]
@@ -86,7 +95,9 @@ def test_over_budget_is_409_with_spent_asked_cap(client, h1, signed, coord_kit, 
 def _bomb(n_cells: int) -> dict:
     raw = b"\0" * (64 * 2**20)
     return {
-        "layout": "dense", "n_cells": n_cells, "dtype": "<i8",
+        "layout": "dense",
+        "n_cells": n_cells,
+        "dtype": "<i8",
         "data": base64.b64encode(zlib.compress(raw, 9)).decode(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     }
@@ -98,26 +109,52 @@ def _lsh(values, n_cells):
 
 BAD_INPUT = [
     # (name, mutate(body, config) -> body, status, detail fragment)
-    ("stale version", lambda b, c: {**b, "config_version": c.version + 1}, 409,
-     "is not the current version"),
-    ("wrong digest", lambda b, c: {**b, "config_digest": "0" * 64}, 409,
-     "config digest does not match"),
-    ("epsilon too low", lambda b, c: {**b, "epsilon": "0.1"}, 422,
-     "differs from the cost"),
+    (
+        "stale version",
+        lambda b, c: {**b, "config_version": c.version + 1},
+        409,
+        "is not the current version",
+    ),
+    (
+        "wrong digest",
+        lambda b, c: {**b, "config_digest": "0" * 64},
+        409,
+        "config digest does not match",
+    ),
+    ("epsilon too low", lambda b, c: {**b, "epsilon": "0.1"}, 422, "differs from the cost"),
     ("epsilon float", lambda b, c: {**b, "epsilon": 0.5}, 422, "epsilon"),
     ("epsilon NaN", lambda b, c: {**b, "epsilon": "NaN"}, 422, "epsilon"),
-    ("wrong shape", lambda b, c: {**b, "lsh": _lsh(np.ones(c.lsh_cells + 1, int),
-                                                   c.lsh_cells + 1)}, 422, "lsh counts"),
-    ("huge counts", lambda b, c: {**b, "lsh": _lsh(np.full(c.lsh_cells, 2**50), c.lsh_cells)},
-     422, "lsh counts"),
-    ("negative overflow", lambda b, c: {**b, "lsh": _lsh(
-        np.full(c.lsh_cells, -(2**62)), c.lsh_cells)}, 422, "lsh counts"),
-    ("bad base64", lambda b, c: {**b, "lsh": {**b["lsh"], "data": "!!!notbase64"}}, 422,
-     "lsh counts"),
-    ("digest mismatch", lambda b, c: {**b, "lsh": {**b["lsh"], "sha256": "1" * 64}}, 422,
-     "lsh counts"),
-    ("decompression bomb", lambda b, c: {**b, "lsh": _bomb(c.lsh_cells)}, (413, 422),
-     "lsh counts"),
+    (
+        "wrong shape",
+        lambda b, c: {**b, "lsh": _lsh(np.ones(c.lsh_cells + 1, int), c.lsh_cells + 1)},
+        422,
+        "lsh counts",
+    ),
+    (
+        "huge counts",
+        lambda b, c: {**b, "lsh": _lsh(np.full(c.lsh_cells, 2**50), c.lsh_cells)},
+        422,
+        "lsh counts",
+    ),
+    (
+        "negative overflow",
+        lambda b, c: {**b, "lsh": _lsh(np.full(c.lsh_cells, -(2**62)), c.lsh_cells)},
+        422,
+        "lsh counts",
+    ),
+    (
+        "bad base64",
+        lambda b, c: {**b, "lsh": {**b["lsh"], "data": "!!!notbase64"}},
+        422,
+        "lsh counts",
+    ),
+    (
+        "digest mismatch",
+        lambda b, c: {**b, "lsh": {**b["lsh"], "sha256": "1" * 64}},
+        422,
+        "lsh counts",
+    ),
+    ("decompression bomb", lambda b, c: {**b, "lsh": _bomb(c.lsh_cells)}, (413, 422), "lsh counts"),
     ("unexpected grid", lambda b, c: {**b, "grid": b["lsh"]}, 422, "has no grid"),
     ("short key", lambda b, c: {**b, "idempotency_key": "x"}, 422, "idempotency_key"),
     ("extra field", lambda b, c: {**b, "surprise": 1}, 422, "surprise"),
@@ -141,16 +178,20 @@ def test_bad_input_is_refused_and_nothing_stored(
 
 
 def test_malformed_json_is_422(client, h1, signed):
-    r = client.post(URL, content=b'{"idempotency_key": ', headers={
-        **h1.headers, "Content-Type": "application/json"})
+    r = client.post(
+        URL,
+        content=b'{"idempotency_key": ',
+        headers={**h1.headers, "Content-Type": "application/json"},
+    )
     assert r.status_code == 422
     assert "JSON" in r.json()["detail"]
     assert_nothing_stored(client)
 
 
 def test_declared_oversized_body_is_413_before_reading(client, h1, signed):
-    r = client.post(URL, content=b"x" * (300 * 1024), headers={
-        **h1.headers, "Content-Type": "application/json"})
+    r = client.post(
+        URL, content=b"x" * (300 * 1024), headers={**h1.headers, "Content-Type": "application/json"}
+    )
     assert r.status_code == 413
     assert "FEDOD_MAX_BODY_BYTES" in r.json()["detail"]
 
@@ -160,18 +201,21 @@ def test_chunked_oversized_body_is_413(client, h1, signed):
         for _ in range(100):
             yield b"x" * 8192
 
-    r = client.post(URL, content=chunks(), headers={
-        **h1.headers, "Content-Type": "application/json"})
+    r = client.post(
+        URL, content=chunks(), headers={**h1.headers, "Content-Type": "application/json"}
+    )
     assert r.status_code == 413
     assert_nothing_stored(client)
 
 
 @pytest.mark.parametrize(
     ("who", "status", "fragment"),
-    [("nobody", 401, "missing or invalid credential"),
-     ("forged", 401, "missing or invalid credential"),
-     ("outsider", 403, "is not a member of study"),
-     ("admin", 403, "needs a participant credential")],
+    [
+        ("nobody", 401, "missing or invalid credential"),
+        ("forged", 401, "missing or invalid credential"),
+        ("outsider", 403, "is not a member of study"),
+        ("admin", 403, "needs a participant credential"),
+    ],
 )
 def test_credentials(client, make_participant, h1, signed, coord_kit, rng, who, status, fragment):
     outsider = make_participant("h2")
@@ -202,8 +246,9 @@ def test_revoked_participant_is_refused_at_once(client, h1, signed, coord_kit, r
     assert_nothing_stored(client)
 
 
-def test_grid_study_charges_delta_and_merges_sparse(client, make_participant, make_study,
-                                                    coord_kit, rng):
+def test_grid_study_charges_delta_and_merges_sparse(
+    client, make_participant, make_study, coord_kit, rng
+):
     h = make_participant("hg", epsilon_cap="5", delta_cap="0.001")
     grid = {"bins": 16, "cell_limit": 100}
     signed = make_study("sg", members=[h], grid=grid, epsilon_grid="0.25", delta_grid="1e-6")

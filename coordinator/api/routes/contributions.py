@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
+from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import CurrentParticipant, SessionDep, SettingsDep, StudyMember
+from coordinator.api.deps import Credentials, get_caller, require_participant, study_member
+from coordinator.api.onehop import in_one_hop
+from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution
-from coordinator.services.contributions import submit
+from coordinator.services.charge import Stored
+from coordinator.services.contributions import Outcome, submit
 from coordinator.services.refusals import record_refusal
 
 router = APIRouter(prefix="/studies", tags=["contributions"])
 
 
-def contribution_public(contribution: Contribution, participant: str) -> ContributionPublic:
+def contribution_public(
+    contribution: Stored | Contribution, participant: str
+) -> ContributionPublic:
     cost = PrivacyBudget.from_units(contribution.eps_units, contribution.delta_units)
     return ContributionPublic(
         id=contribution.id,
@@ -35,31 +41,42 @@ def contribution_public(contribution: Contribution, participant: str) -> Contrib
     status_code=status.HTTP_201_CREATED,
     responses={200: {"description": "replay of an earlier request with the same key"}},
 )
-def create_contribution(
+async def create_contribution(
+    study_id: str,
     body: ContributionCreate,
-    study: StudyMember,
-    participant: CurrentParticipant,
-    session: SessionDep,
-    settings: SettingsDep,
+    request: Request,
+    creds: Credentials,
     response: Response,
 ) -> ContributionPublic:
-    """Validate, store, charge and merge one release (201; 200 for a replayed key)."""
-    try:
-        outcome = submit(
-            session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
-        )
-    except BudgetExceeded as exc:
-        CONTRIBUTIONS.labels("refused").inc()
-        record_refusal(session, participant, study.id, PrivacyBudget(body.epsilon, body.delta),
-                       exc)
-        raise
-    except Exception:
-        CONTRIBUTIONS.labels("refused").inc()
-        raise
+    """Validate, store and charge one release (201; 200 for a replayed key).
+
+    For members of the study. A later release of the same participant for the same study
+    replaces its earlier one in the model; every release is charged.
+    """
+
+    def work(session: Session, settings: Settings) -> tuple[Outcome, str]:
+        participant = require_participant(get_caller(session, settings, creds))
+        study = study_member(study_id, session, participant)
+        name = participant.name
+        try:
+            outcome = submit(
+                session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
+            )
+        except BudgetExceeded as exc:
+            CONTRIBUTIONS.labels("refused").inc()
+            record_refusal(session, participant, study.id,
+                           PrivacyBudget(body.epsilon, body.delta), exc)
+            raise
+        except Exception:
+            CONTRIBUTIONS.labels("refused").inc()
+            raise
+        return outcome, name
+
+    outcome, name = await in_one_hop(request, work)
     if outcome.replay:
         response.status_code = status.HTTP_200_OK
         CONTRIBUTIONS.labels("replayed").inc()
     else:
         CONTRIBUTIONS.labels("accepted").inc()
         EPSILON_CHARGED.inc(outcome.contribution.eps_units)
-    return contribution_public(outcome.contribution, participant.name)
+    return contribution_public(outcome.contribution, name)

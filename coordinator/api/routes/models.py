@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Header, Response, status
+from fastapi import APIRouter, Header, Request, Response, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from common.schemas import ModelPublic
-from coordinator.api.deps import SessionDep, StudyReader
+from coordinator.api.deps import Credentials, get_caller, study_reader
+from coordinator.api.onehop import in_one_hop
+from coordinator.config import Settings
 from coordinator.models import Aggregate
-from coordinator.services.aggregate import model_json
+from coordinator.services.aggregate import cached_model, fold, model_json
 from coordinator.services.studies import study_config
 
 router = APIRouter(prefix="/studies", tags=["models"])
@@ -18,15 +22,33 @@ router = APIRouter(prefix="/studies", tags=["models"])
     response_model=ModelPublic,
     responses={304: {"description": "unchanged since the ETag in If-None-Match"}},
 )
-def get_model(
-    study: StudyReader, session: SessionDep, if_none_match: str | None = Header(default=None)
+async def get_model(
+    study_id: str,
+    request: Request,
+    creds: Credentials,
+    if_none_match: str | None = Header(default=None),
 ) -> Response:
-    """Merged sums, contributor count and version; ETag / If-None-Match give 304."""
-    aggregate = session.get(Aggregate, study.id)
-    assert aggregate is not None
-    etag = f'"{study.id}-{study.config_version}-{aggregate.version}"'
-    headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
-    if if_none_match and etag in {t.strip() for t in if_none_match.split(",")}:
-        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-    body = model_json(aggregate, study_config(study))
-    return Response(body, media_type="application/json", headers=headers)
+    """Merged sums, contributor count and version; ETag / If-None-Match give 304.
+
+    For the admin and members of the study. The sums are folded from the contributions
+    stored since the last read, then cached per model version.
+    """
+
+    def work(session: Session, settings: Settings) -> Response:
+        study = study_reader(study_id, session, get_caller(session, settings, creds))
+        config = study_config(study)
+        version = session.scalar(select(Aggregate.version).where(Aggregate.study_id == study_id))
+        assert version is not None
+        etag = f'"{study_id}-{config.version}-{version}"'
+        headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+        if if_none_match and etag in {t.strip() for t in if_none_match.split(",")}:
+            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        body = cached_model(config, version)
+        if body is None:
+            session.rollback()  # the fold opens its own (write) transaction
+            snapshot = fold(session, study_id, config, version)
+            headers["ETag"] = f'"{study_id}-{config.version}-{snapshot.version}"'
+            body = model_json(snapshot, config)
+        return Response(body, media_type="application/json", headers=headers)
+
+    return await in_one_hop(request, work)

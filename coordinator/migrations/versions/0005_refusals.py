@@ -1,14 +1,14 @@
 """Refused attempts: releases refused for passing a participant's cap (dashboard).
 
 Revision ID: 0005_refusals
-Revises: 0001
+Revises: 0003_ingest
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0005_refusals"
-down_revision = "0001"
+down_revision = "0003_ingest"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,127 @@
+"""The contribution transaction: charge, order, store, itemise - as prebuilt Core statements.
+
+Built once at import (SQLAlchemy then only binds parameters: about a tenth of the CPU of an
+ORM query built per call) and run on the session's connection, in this order:
+
+1. ``CHARGE``: a conditional ``UPDATE participants`` (active, within both caps) - the
+   participant row lock: no other release of this participant runs until commit, so every
+   later statement's snapshot holds all of its earlier releases (``LATEST`` is exact);
+2. ``BUMP``: ``UPDATE aggregates`` (version + 1, contributors + 1 when ``LATEST``, the
+   participant's previous release for the study, is none) - the study's counter row lock,
+   the lock a config re-sign takes too;
+3. ``CONFIG``: the study's current config version and digest, read under that lock;
+4. ``INSERT`` the contribution (``replaces_id`` = ``LATEST``) and its ledger entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, bindparam, case, func, insert, select, update
+
+from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
+
+PREVIOUS = select(Contribution.id, Contribution.request_sha256).where(
+    Contribution.participant_id == bindparam("pid"),
+    Contribution.study_id == bindparam("sid"),
+    Contribution.idempotency_key == bindparam("key"),
+)
+CHARGE = (
+    update(Participant)
+    .where(
+        Participant.id == bindparam("pid"),
+        Participant.active.is_(True),
+        Participant.eps_spent <= Participant.eps_cap - bindparam("eps"),
+        Participant.delta_spent <= Participant.delta_cap - bindparam("delta"),
+    )
+    .values(
+        eps_spent=Participant.eps_spent + bindparam("eps"),
+        delta_spent=Participant.delta_spent + bindparam("delta"),
+    )
+    .returning(Participant.id)
+)
+_MINE = (Contribution.participant_id == bindparam("pid")) & (
+    Contribution.study_id == bindparam("sid")
+)
+LATEST = select(func.max(Contribution.id)).where(_MINE).scalar_subquery()
+BUMP = (
+    update(Aggregate)
+    .where(Aggregate.study_id == bindparam("sid"))
+    .values(
+        version=Aggregate.version + 1,
+        contributors=Aggregate.contributors + case((LATEST.is_(None), 1), else_=0),
+        updated_at=bindparam("now"),
+    )
+    .returning(Aggregate.version)
+)
+CONFIG = select(Study.config_version, Study.config_digest).where(Study.id == bindparam("sid"))
+INSERT_CONTRIBUTION = insert(Contribution).values(replaces_id=LATEST).returning(Contribution.id)
+INSERT_LEDGER = insert(LedgerEntry)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the response needs of a just-inserted contribution."""
+
+    id: int
+    study_id: str
+    config_version: int
+    eps_units: int
+    delta_units: int
+    created_at: datetime
+    model_version: int
+
+
+@dataclass(frozen=True)
+class Release:
+    """One validated release, ready to store (payloads as they arrived, encoded)."""
+
+    participant_id: int
+    study_id: str
+    idempotency_key: str
+    request_sha256: str
+    config_version: int
+    eps_units: int
+    delta_units: int
+    lsh_payload: str
+    grid_payload: str | None
+
+
+def previous(conn: Connection, participant_id: int, study_id: str, key: str) -> tuple[int, str]:
+    """``(id, request digest)`` of the release stored under this key, or ``(0, "")``."""
+    row = conn.execute(PREVIOUS, {"pid": participant_id, "sid": study_id, "key": key}).first()
+    return (row[0], row[1]) if row is not None else (0, "")
+
+
+def store(conn: Connection, release: Release, check: Callable[[int, str], None]) -> Stored | None:
+    """Charge and store ``release`` in the open transaction; None if the charge was refused.
+
+    ``check(config_version, config_digest)`` is called under the study lock and raises when
+    the release's config is no longer current. The caller commits (or rolls back).
+    """
+    r = release
+    ids = {"pid": r.participant_id, "sid": r.study_id}
+    if conn.execute(CHARGE, {"eps": r.eps_units, "delta": r.delta_units, **ids}).first() is None:
+        return None
+    now = utcnow()
+    version = conn.execute(BUMP, {**ids, "now": now}).scalar_one()
+    check(*conn.execute(CONFIG, {"sid": r.study_id}).one())
+    row = {**r.__dict__, **ids, "model_version": version, "created_at": now}
+    contribution_id = conn.execute(INSERT_CONTRIBUTION, row).scalar_one()
+    conn.execute(
+        INSERT_LEDGER,
+        {
+            "participant_id": r.participant_id,
+            "contribution_id": contribution_id,
+            "study_id": r.study_id,
+            "kind": "lsh" if r.grid_payload is None else "lsh+grid",
+            "eps_units": r.eps_units,
+            "delta_units": r.delta_units,
+            "created_at": now,
+        },
+    )
+    return Stored(
+        contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
+    )

@@ -1,0 +1,113 @@
+"""Where one contribution's time goes on the coordinator, stage by stage, in one process.
+
+Run: ``.venv/bin/python tests/benchmarks/profile_ingest.py [--tables 100 1000] [--large]``.
+Per stage (median of ``--repeat`` runs, milliseconds): JSON parse + schema validation (what
+a bare FastAPI endpoint also does), the replay digest, base64, zlib inflate, SHA-256 and the
+full ``decode_release``; then the whole request through the real app (TestClient, SQLite
+file) with the SQL statements it runs besides BEGIN, counted by an engine event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+
+from common.schemas import ContributionCreate
+from coordinator.config import Settings
+from coordinator.main import create_app
+from coordinator.models import Base
+from coordinator.services.contributions import decode_release, request_digest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import CoordinatorKit  # noqa: E402
+
+
+def median_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def profile(tables: int, sample: int, repeat: int) -> None:
+    tmp = Path(tempfile.mkdtemp())
+    token = secrets.token_urlsafe(32)
+    app = create_app(Settings(admin_token=token, database_url=f"sqlite:///{tmp / 'c.db'}",
+                              data_dir=tmp, log_level="WARNING", max_body_bytes=2**25))
+    Base.metadata.create_all(app.state.engine)
+    statements = [0]
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        statements[0] += not statement.startswith("BEGIN")
+
+    event.listen(app.state.engine, "before_cursor_execute", count)
+    admin = {"Authorization": f"Bearer {token}"}
+    with TestClient(app) as c:
+        spec = CoordinatorKit.study_spec("p", n_features=10, n_tables=tables, sample_size=sample)
+        signed = c.post("/v1/studies", json=spec, headers=admin).json()["config"]
+        who = c.post("/v1/participants", json={"name": "h", "epsilon_cap": "1000000"},
+                     headers=admin).json()["token"]
+        c.post("/v1/studies/p/members", json={"participant": "h"}, headers=admin)
+        template = CoordinatorKit.release(signed, np.random.default_rng(0))[0]
+        raw = json.dumps(template).encode()
+        body = ContributionCreate.model_validate_json(raw)
+        config = CoordinatorKit.config_of(signed)
+        packed = base64.b64decode(body.lsh.data)
+        inflated = zlib.decompress(packed)
+        stages = {
+            "parse+validate": median_ms(lambda: ContributionCreate.model_validate_json(raw),
+                                        repeat),
+            "replay digest": median_ms(lambda: request_digest(body), repeat),
+            "base64": median_ms(lambda: base64.b64decode(body.lsh.data), repeat),
+            "inflate": median_ms(lambda: zlib.decompress(packed), repeat),
+            "sha256": median_ms(lambda: hashlib.sha256(inflated).digest(), repeat),
+            "decode_release": median_ms(lambda: decode_release(config, body, 2**30), repeat),
+        }
+        headers = {"Authorization": f"Bearer {who}", "Content-Type": "application/json"}
+        bodies = [json.dumps({**template, "idempotency_key": secrets.token_hex(16)}).encode()
+                  for _ in range(repeat)]
+        c.post("/v1/studies/p/contributions", content=bodies.pop(), headers=headers)
+        statements[0] = 0
+        start = time.perf_counter()
+        for b in bodies:
+            assert c.post("/v1/studies/p/contributions", content=b, headers=headers).is_success
+        stages["whole request"] = 1000 * (time.perf_counter() - start) / len(bodies)
+        per_request = statements[0] / len(bodies)
+    app.state.engine.dispose()
+    cells = config.lsh_cells
+    print(f"| {tables} ({cells}) | {len(raw) // 1024} | "
+          + " | ".join(f"{v:.2f}" for v in stages.values()) + f" | {per_request:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", nargs="+", type=int, default=[100, 1000])
+    parser.add_argument("--large", action="store_true")
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    print("| m (cells) | body KB | parse+validate | replay digest | base64 | inflate | sha256 | "
+          "decode_release | whole request (SQLite) | SQL statements |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cases = [(m, 256) for m in args.tables] + ([(100, 65536)] if args.large else [])
+    for tables, sample in cases:
+        profile(tables, sample, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
