@@ -99,9 +99,12 @@ def _payload_len(layout: str, dtype: np.dtype[np.signedinteger], n_cells: int, n
 
 
 def encode_counts(
-    values: ArrayLike, *, indices: ArrayLike | None = None, n_cells: int
+    values: ArrayLike, *, indices: ArrayLike | None = None, n_cells: int, level: int = 9
 ) -> EncodedCounts:
     """Encode integer counts; dense when ``indices`` is None, else sparse.
+
+    ``level`` is the zlib level: 9 for a release (encoded once), lower for a model that is
+    re-encoded at every version (the coordinator uses 1).
 
     ``indices`` are cell keys ``(nnz, W)`` (or, for ``W = 1``, a 1-d index array). Uses
     ``<i4`` for the values when every value fits, else ``<i8``.
@@ -139,7 +142,7 @@ def encode_counts(
         n_cells=n_cells,
         dtype=dtype_name,
         nnz=nnz,
-        data=base64.b64encode(zlib.compress(body, 9)).decode("ascii"),
+        data=base64.b64encode(zlib.compress(body, level)).decode("ascii"),
         sha256=hashlib.sha256(body).hexdigest(),
     )
 

@@ -15,14 +15,10 @@ and :func:`combine`, so a change of the sparse key type touches only these two f
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from threading import Lock
-from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from common.cellkeys import key_words
 from common.config import StudyConfig
-from common.encoding import EncodedCounts, decode_counts
+from common.encoding import EncodedCounts, decode_counts, encode_counts
 from common.merge import merge_sparse, merge_sum
 from common.schemas import ModelPublic
 from coordinator.models import AggregateSnapshot, Contribution
@@ -151,19 +147,7 @@ def fold(session: Session, study_id: str, config: StudyConfig, target: int) -> A
 def _wire(decoded: Decoded, n_cells: int) -> EncodedCounts:
     """The ``fedod-counts/1`` form of a model vector, compressed at ``MODEL_ZLIB_LEVEL``."""
     indices, values = decoded
-    fits32 = values.size == 0 or (int(values.min()) >= _I4.min and int(values.max()) <= _I4.max)
-    dtype: Literal["<i4", "<i8"] = "<i4" if fits32 else "<i8"
-    body = values.astype(np.dtype(dtype)).tobytes()
-    if indices is not None:
-        body = indices.astype(_I8).tobytes() + body
-    return EncodedCounts(
-        layout="dense" if indices is None else "sparse",
-        n_cells=n_cells,
-        dtype=dtype,
-        nnz=None if indices is None else int(indices.size),
-        data=base64.b64encode(zlib.compress(body, MODEL_ZLIB_LEVEL)).decode("ascii"),
-        sha256=hashlib.sha256(body).hexdigest(),
-    )
+    return encode_counts(values, indices=indices, n_cells=n_cells, level=MODEL_ZLIB_LEVEL)
 
 
 _cache: OrderedDict[tuple[object, int, int], bytes] = OrderedDict()
