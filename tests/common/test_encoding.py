@@ -35,7 +35,7 @@ def test_dense_round_trip(values: np.ndarray) -> None:
     indices, decoded = decode_counts(enc, expected_cells=values.size)
     assert indices is None
     np.testing.assert_array_equal(decoded, values)
-    fits32 = -(2**31) <= values.min() and values.max() < 2**31  # int32's range, both ends
+    fits32 = values.min() >= -(2**31) and values.max() < 2**31  # int32's range, both ends
     assert enc.dtype == ("<i4" if fits32 else "<i8")
 
 
