@@ -170,6 +170,11 @@ def main() -> None:
         plain = OnlineConfig(dim=d, radius_w=RADIUS_W, lam=LAM, eta0=ETA0, batch=1)
         err, rate = run(s, orders, plain, None, None)
         print(f"| non-private online, labels all | 1 | {rate:.1f} | {fmt(err)} |")
+        big = OnlineConfig(dim=d, radius_w=1000.0, lam=1e-4, eta0=100.0, batch=1)
+        err, rate = run(s, orders, big, None, None)
+        print(f"| same, R = 1000, eta0 = 100, lambda = 1e-4 | 1 | {rate:.1f} | {fmt(err)} |")
+        err, rate = run(s, orders, plain, rule, None)
+        print(f"| non-private online, private query rule | 1 | {rate:.1f} | {fmt(err)} |")
         for scheme, sizes in (("records", (5,)), ("labels", (1, 2, 5, 10, 20))):
             for b in sizes:
                 cfg = OnlineConfig(
