@@ -27,6 +27,9 @@ __all__ = ["GradientNoise", "gaussian_scale", "make_gradient_noise"]
 
 dp.enable_features("contrib")
 
+_FLOAT_SLACK = 1 + 1e-9
+"""Projection and summation in floats can overshoot ``2 M`` by a few ulps; charge for it."""
+
 
 def _make_gaussian(dim: int, scale: float) -> dp.Measurement:
     domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=dim)
@@ -83,7 +86,11 @@ class GradientNoise:
 
 
 def make_gradient_noise(radius: float, epsilon: float, delta: float) -> GradientNoise:
-    """Noise for gradient sums of records in the l2 ball of ``radius``: sensitivity ``2 radius``."""
+    """Noise for gradient sums of records in the l2 ball of ``radius``: sensitivity ``2 radius``.
+
+    The sensitivity is inflated by a relative 1e-9 so that float rounding in the projection
+    and the sum cannot push two neighbouring sums further apart than the noise is set for.
+    """
     if not radius > 0:
         raise ValueError(f"radius must be > 0, got {radius}")
-    return GradientNoise(sensitivity=2.0 * radius, epsilon=epsilon, delta=delta)
+    return GradientNoise(sensitivity=2.0 * radius * _FLOAT_SLACK, epsilon=epsilon, delta=delta)

@@ -180,7 +180,7 @@ def test_gradient_release_on_neighbouring_batches(project: bool, caught: bool) -
 
 def test_gradient_noise_scale_and_accounting() -> None:
     noise = make_gradient_noise(radius=1.0, epsilon=1.0, delta=1e-6)
-    assert noise.sensitivity == 2.0
+    assert 2.0 < noise.sensitivity <= 2.0 * (1 + 1e-9)  # 2M plus float slack
     assert 0.999 <= noise.accounted_epsilon() <= 1.0
     draws = noise.release(np.zeros(6000))
     # chi-square test of the sample variance against scale**2
