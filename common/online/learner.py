@@ -1,0 +1,156 @@
+"""Online linear SVM by projected SGD with private query rules and mini-batches.
+
+Ghassemi, Sarwate & Wright (AISec 2016), after Song, Chaudhuri & Sarwate, "Stochastic
+gradient descent with differentially private updates" (GlobalSIP 2013). Each record ``x`` is
+first projected into the l2 ball of radius ``M``; its margin ``<w, x>`` is scored; a query
+rule decides (privately) whether the reviewer labels it; labelled records' hinge-loss
+gradients are summed into a mini-batch, and the batch is released with noise and applied:
+
+    w <- Pi_R( w - eta_t * (lambda * w + (sum_i g_i + Z) / n) ),   eta_t = eta0 / sqrt(t),
+
+with ``n`` the batch's number of labelled records (post-processing of the private query
+decisions), ``Pi_R`` the projection onto the ball of radius ``R`` and ``t`` the update count.
+Two batching schemes: ``"records"`` closes a batch after every ``batch`` records seen (a batch
+may then hold 0 labels: nothing is released, no step), ``"labels"`` after every ``batch``
+labelled records. ``noise=None`` gives the non-private online learner (same code path).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from common.online.noise import GradientNoise
+from common.online.query import QueryRule, bernoulli
+
+__all__ = [
+    "OnlineConfig",
+    "OnlineSVM",
+    "apply_step",
+    "hinge_gradient",
+    "project_ball",
+    "step_size",
+]
+
+Vector = NDArray[np.float64]
+
+
+def project_ball(v: Vector, radius: float) -> Vector:
+    """Euclidean projection of ``v`` onto the l2 ball of ``radius`` (scale down if outside)."""
+    norm = float(np.linalg.norm(v))
+    return v * (radius / norm) if norm > radius else v
+
+
+def step_size(t: int, eta0: float) -> float:
+    """``eta0 / sqrt(t)`` for update number ``t >= 1``."""
+    if t < 1:
+        raise ValueError(f"update number must be >= 1, got {t}")
+    return eta0 / math.sqrt(t)
+
+
+def hinge_gradient(w: Vector, x: Vector, y: int) -> Vector:
+    """Subgradient of ``max(0, 1 - y <w, x>)`` in ``w``: ``-y x`` inside the margin, else 0."""
+    if y not in (-1, 1):
+        raise ValueError(f"label must be -1 or +1, got {y}")
+    return -float(y) * x if y * float(w @ x) < 1.0 else np.zeros_like(x)
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Public hyperparameters of the online learner (they go in the signed study config)."""
+
+    dim: int
+    radius_x: float = 1.0
+    radius_w: float = 10.0
+    lam: float = 1e-3
+    eta0: float = 1.0
+    batch: int = 1
+    scheme: Literal["records", "labels"] = "labels"
+
+    def __post_init__(self) -> None:
+        if self.dim < 1 or self.batch < 1:
+            raise ValueError("dim and batch must be >= 1")
+        if not (self.radius_x > 0 and self.radius_w > 0 and self.lam >= 0 and self.eta0 > 0):
+            raise ValueError("radii and eta0 must be > 0 and lam >= 0")
+        if self.scheme not in ("records", "labels"):
+            raise ValueError(f"scheme must be 'records' or 'labels', got {self.scheme!r}")
+
+    @property
+    def margin_bound(self) -> float:
+        """Public bound ``R * M`` on ``|<w, x>|``, for the exponential query rule."""
+        return self.radius_w * self.radius_x
+
+
+def apply_step(w: Vector, t: int, noisy_sum: Vector, count: int, config: OnlineConfig) -> Vector:
+    """One projected SGD step from a released (noisy) batch sum of ``count`` gradients.
+
+    Pure post-processing of the release: this is what a coordinator does with summed
+    contributions in the federated version.
+    """
+    if count < 1:
+        raise ValueError(f"a step needs at least one labelled record, got {count}")
+    grad = config.lam * w + noisy_sum / count
+    return project_ball(w - step_size(t, config.eta0) * grad, config.radius_w)
+
+
+class OnlineSVM:
+    """Private online active learner; state after ``__init__`` ends in ``_``."""
+
+    def __init__(
+        self,
+        config: OnlineConfig,
+        rule: QueryRule | None = None,
+        noise: GradientNoise | None = None,
+    ) -> None:
+        self.config = config
+        self.rule = rule
+        self.noise = noise
+        self.w_: Vector = np.zeros(config.dim)
+        self.updates_ = 0
+        self.seen_ = 0
+        self.queried_ = 0
+        self._sum: Vector = np.zeros(config.dim)
+        self._count = 0
+        self._since_update = 0
+
+    def decision_function(self, X: NDArray[np.floating]) -> Vector:
+        """Margins ``<w, Pi_M(x)>`` of rows of ``X`` (positive = class +1)."""
+        rows = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        return np.array([float(self.w_ @ project_ball(r, self.config.radius_x)) for r in rows])
+
+    def predict(self, X: NDArray[np.floating]) -> NDArray[np.int64]:
+        """Labels in {-1, +1}."""
+        return np.where(self.decision_function(X) >= 0, 1, -1).astype(np.int64)
+
+    def step(self, x: NDArray[np.floating], label: Callable[[], int]) -> bool:
+        """Process one streamed record; ask ``label()`` only if the rule fires. Returns that."""
+        xp = project_ball(np.asarray(x, dtype=np.float64), self.config.radius_x)
+        if xp.shape != (self.config.dim,):
+            raise ValueError(f"record must have {self.config.dim} features, got {xp.shape}")
+        margin = float(self.w_ @ xp)
+        asked = True if self.rule is None else bernoulli(self.rule.probability(margin))
+        self.seen_ += 1
+        self._since_update += 1
+        if asked:
+            self.queried_ += 1
+            self._sum = self._sum + hinge_gradient(self.w_, xp, label())
+            self._count += 1
+        full = self._since_update if self.config.scheme == "records" else self._count
+        if full >= self.config.batch:
+            self.flush()
+        return asked
+
+    def flush(self) -> None:
+        """Release the pending batch (if it holds a label) and take the step."""
+        if self._count:
+            noisy = self._sum if self.noise is None else self.noise.release(self._sum)
+            self.updates_ += 1
+            self.w_ = apply_step(self.w_, self.updates_, noisy, self._count, self.config)
+        self._sum = np.zeros(self.config.dim)
+        self._count = 0
+        self._since_update = 0
