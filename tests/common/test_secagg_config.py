@@ -81,7 +81,7 @@ def test_word_size_holds_the_largest_sum(n, eps, records):
 
 def test_word_size_fits_64_bits_at_the_extremes_the_config_allows():
     params = AggregationParams(
-        mode="secure", cohort_size=1000, colluders=998, max_records=2**40
+        mode="secure", cohort_size=1000, colluders=999, max_records=2**40
     )
     assert params.h_min == 1
     assert modulus_bits(params, 1000, Decimal("0.000000001")) <= 64
