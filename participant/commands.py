@@ -153,10 +153,23 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
     _out(args, doc, "\n".join(f"{k}: {v}" for k, v in doc.items()))
 
 
+def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
+    from participant.secagg_round import run_secure_round
+
+    doc = run_secure_round(agent, args.study, args.data, _options(args), wait=args.wait,
+                           stop_after=args.stop_after)
+    if "stopped_after" in doc:
+        _out(args, doc, f"left round {doc['round']} after sending {doc['stopped_after']}")
+        return
+    _out(args, doc, f"round {doc['round']} of {args.study} done (attempt {doc['attempt']}): "
+                    f"sum of {doc['cohort']} participants revealed, {doc['survivors']} "
+                    "answered the unmask")
+
+
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
     "enrol": cmd_enrol, "config": cmd_config, "check-data": cmd_check_data,
     "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
-    "status": cmd_status,
+    "status": cmd_status, "round": cmd_round,
 }
 
 
@@ -235,6 +248,15 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                    help="wait until the model has N contributions before scoring (1)")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
                    help="give up waiting for contributors after S seconds (600)")
+    p = add("round", "take part in the open secure-aggregation round of a study: one noisy "
+                     "vector (counts + noise share, drawn once, charged once), masked; the "
+                     "coordinator learns only the cohort's sum")
+    _data_args(p)
+    p.add_argument("--wait", type=float, default=600.0, metavar="S",
+                   help="give up if no round is open within S seconds (600)")
+    p.add_argument("--stop-after", choices=("keys", "masked"), default=None,
+                   help="drill: leave right after that message was accepted, as a "
+                        "participant lost at that point would")
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser

@@ -140,6 +140,11 @@ def submit(
         return _replay(previous, digest)
     _check_config(study, body)
     config = study_config(study)
+    if config.aggregation_mode == "secure":
+        raise ConfigVersionConflict(
+            f"study {study.id!r} uses secure aggregation: releases go through its rounds "
+            "(fedod-participant round), not single contributions"
+        )
     cost = _check_cost(config, body)
     session.commit()  # end the read transaction before the slow decoding
     lsh, grid = decode_release(config, body, max_decoded_bytes)

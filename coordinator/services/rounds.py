@@ -1,0 +1,343 @@
+"""Secure aggregation rounds: a thin state machine around :mod:`common.secagg.server`.
+
+    keys ──(every expected advert, or admin advance with >= n - D)──► masking
+    masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
+    masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
+    unmask ──(admin advance: >= threshold answers)──► done; fewer ──► abandoned
+
+Every message takes the lock of its round row, so transitions are exact with any number of
+workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
+from a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from common.config import StudyConfig
+from common.errors import Conflict, NotFound
+from common.secagg import server
+from common.secagg.masks import unpack_words
+from common.secagg.messages import (
+    MaskedBody,
+    RosterBody,
+    RoundRef,
+    RoundRefused,
+    SignedMessage,
+    b64d,
+)
+from common.secagg.params import AggregationParams
+from common.secagg.participant import VerifiedRoster
+from common.secagg.schemas import RoundPublic, RoundState
+from coordinator.keys import KeyStore
+from coordinator.models import Aggregate, Member, Participant, Study, utcnow
+from coordinator.round_models import Round
+from coordinator.services import round_store as store
+from coordinator.services.studies import study_config
+
+log = logging.getLogger("fedod.rounds")
+OPEN = ("keys", "masking", "unmask")
+
+
+def _secure(study: Study) -> tuple[StudyConfig, AggregationParams]:
+    config = study_config(study)
+    if config.aggregation is None or config.aggregation.mode != "secure":
+        raise Conflict(f"study {study.id!r} uses independent noise: it has no rounds")
+    return config, config.aggregation
+
+
+def current(session: Session, study_id: str, *, lock: bool = False) -> Round:
+    query = (
+        select(Round)
+        .where(Round.study_id == study_id)
+        .order_by(Round.number.desc(), Round.attempt.desc())
+        .limit(1)
+    )
+    if lock:
+        query = query.with_for_update()
+    rnd = session.scalar(query.execution_options(populate_existing=True))
+    if rnd is None:
+        raise NotFound(f"study {study_id!r} has no round yet; the admin opens one")
+    return rnd
+
+
+def list_rounds(session: Session, study_id: str | None = None) -> list[Round]:
+    query = select(Round).order_by(Round.study_id, Round.number, Round.attempt)
+    if study_id is not None:
+        query = query.where(Round.study_id == study_id)
+    return list(session.scalars(query))
+
+
+def open_round(session: Session, study: Study) -> Round:
+    """Open the next round with the first n members (by name) that registered a key."""
+    _, params = _secure(study)
+    last = session.scalar(
+        select(Round).where(Round.study_id == study.id).order_by(Round.id.desc()).limit(1)
+    )
+    if last is not None and last.status in OPEN:
+        raise Conflict(f"round {last.number} of {study.id!r} is still open ({last.status})")
+    ids = list(session.scalars(select(Member.participant_id).where(Member.study_id == study.id)))
+    names = store.names_with_identity(session, ids)[: params.cohort_size]
+    if len(names) < params.min_roster:
+        raise Conflict(
+            f"only {len(names)} members of {study.id!r} have registered identity keys; a "
+            f"round needs at least {params.min_roster} (n - dropouts)"
+        )
+    rnd = Round(
+        study_id=study.id,
+        number=(last.number + 1) if last else 1,
+        attempt=1,
+        status="keys",
+        expected=json.dumps(names),
+    )
+    session.add(rnd)
+    session.commit()
+    log.info("round opened", extra={"study": study.id, "round": rnd.number})
+    return rnd
+
+
+def _ref(rnd: Round) -> RoundRef:
+    return RoundRef(study_id=rnd.study_id, round=rnd.number, attempt=rnd.attempt)
+
+
+def _roster(rnd: Round, keys: KeyStore) -> VerifiedRoster:
+    assert rnd.roster is not None
+    signed = SignedMessage.model_validate_json(rnd.roster)
+    return server.roster_of(signed, keys.private_key().public_key())
+
+
+def _locked(session: Session, study: Study, number: int, phase: str) -> Round:
+    rnd = current(session, study.id, lock=True)
+    if rnd.number != number:
+        raise RoundRefused(f"round {number} is not the current round ({rnd.number})")
+    if rnd.status != phase:
+        raise RoundRefused(
+            f"round {rnd.number} attempt {rnd.attempt} is in phase {rnd.status!r}, "
+            f"not {phase!r}: message refused (out of order or replayed)"
+        )
+    return rnd
+
+
+def _finish(session: Session, rnd: Round, status: str, detail: str | None = None) -> None:
+    rnd.status, rnd.detail, rnd.finished_at = status, detail, utcnow()
+    log.info(
+        "round finished",
+        extra={"study": rnd.study_id, "round": rnd.number, "status": status, "detail": detail},
+    )
+
+
+def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
+    config, params = _secure(study)
+    adverts = store.messages(session, rnd, "advert")
+    if len(adverts) < params.min_roster:
+        _finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
+        return
+    roster = server.build_roster(
+        _ref(rnd),
+        list(adverts.values()),
+        config_digest=study.config_digest,
+        modulus_bits=config.secure_modulus_bits(),
+        threshold=params.threshold,
+        key=keys.private_key(),
+    )
+    rnd.roster, rnd.status = roster.model_dump_json(), "masking"
+
+
+def post_advert(
+    session: Session,
+    keys: KeyStore,
+    study: Study,
+    participant: Participant,
+    number: int,
+    signed: SignedMessage,
+) -> Round:
+    identity = store.identity_of(session, participant)
+    rnd = _locked(session, study, number, "keys")
+    if participant.name not in store.expected(rnd):
+        raise RoundRefused(f"{participant.name!r} is not in this attempt's cohort")
+    server.accept_advert(signed, ref=_ref(rnd), name=participant.name, identity=identity)
+    if not store.stored_message(session, rnd, participant, "advert", signed):
+        store.store_message(session, rnd, participant, "advert", signed)
+        session.flush()
+        if len(store.messages(session, rnd, "advert")) == len(store.expected(rnd)):
+            _publish(session, keys, study, rnd)
+    session.commit()
+    return rnd
+
+
+def _masked_words(session: Session, rnd: Round, n_cells: int, k: int) -> dict[str, np.ndarray]:
+    out = {}
+    for name, signed in store.messages(session, rnd, "masked").items():
+        body = MaskedBody.model_validate_json(signed.payload)
+        out[name] = unpack_words(b64d(body.words), n_cells, k)
+    return out
+
+
+def post_masked(
+    session: Session,
+    keys: KeyStore,
+    study: Study,
+    participant: Participant,
+    number: int,
+    signed: SignedMessage,
+) -> Round:
+    """Accept a masked vector and charge the participant's ledger, in one transaction."""
+    config, _ = _secure(study)
+    identity = store.identity_of(session, participant)
+    rnd = _locked(session, study, number, "masking")
+    roster = _roster(rnd, keys)
+    server.accept_masked(
+        signed, roster, name=participant.name, identity=identity, n_cells=config.lsh_cells
+    )
+    if not store.stored_message(session, rnd, participant, "masked", signed):
+        store.charge_release(session, participant, rnd, config, signed.model_dump_json())
+        store.store_message(session, rnd, participant, "masked", signed)
+        session.flush()
+        masked = store.messages(session, rnd, "masked")
+        if sorted(masked) == roster.names:
+            request = server.build_request(roster, roster.names, keys.private_key())
+            rnd.request, rnd.status = request.model_dump_json(), "unmask"
+    session.commit()
+    return rnd
+
+
+def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
+    config, _ = _secure(study)
+    roster = _roster(rnd, keys)
+    answers = {
+        name: server.accept_unmask(
+            signed,
+            roster,
+            name=name,
+            identity=store.identity_of(session, _participant(session, name)),
+        )
+        for name, signed in store.messages(session, rnd, "unmask").items()
+    }
+    words = _masked_words(session, rnd, config.lsh_cells, roster.body.modulus_bits)
+    try:
+        total = server.reveal_sum(roster, words, answers)
+    except RoundRefused as exc:
+        _finish(session, rnd, "abandoned", exc.message)
+        return
+    aggregate = session.scalar(
+        select(Aggregate)
+        .where(Aggregate.study_id == study.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    assert aggregate is not None
+    aggregate.lsh_sum = total.astype("<i8").tobytes()
+    aggregate.version += 1
+    aggregate.contributors = len(roster.names)
+    aggregate.updated_at = utcnow()
+    _finish(session, rnd, "done", f"{len(answers)} of {len(roster.names)} answered the unmask")
+
+
+def _participant(session: Session, name: str) -> Participant:
+    found = session.scalar(select(Participant).where(Participant.name == name))
+    assert found is not None
+    return found
+
+
+def post_unmask(
+    session: Session,
+    keys: KeyStore,
+    study: Study,
+    participant: Participant,
+    number: int,
+    signed: SignedMessage,
+) -> Round:
+    identity = store.identity_of(session, participant)
+    rnd = _locked(session, study, number, "unmask")
+    roster = _roster(rnd, keys)
+    server.accept_unmask(signed, roster, name=participant.name, identity=identity)
+    if not store.stored_message(session, rnd, participant, "unmask", signed):
+        store.store_message(session, rnd, participant, "unmask", signed)
+        session.flush()
+        if sorted(store.messages(session, rnd, "unmask")) == roster.names:
+            _reveal(session, keys, study, rnd)
+    session.commit()
+    return rnd
+
+
+def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
+    """Admin: declare the members that have not acted in this phase lost, and move on."""
+    _, params = _secure(study)
+    rnd = current(session, study.id, lock=True)
+    if rnd.number != number or rnd.status not in OPEN:
+        raise Conflict(f"round {number} of {study.id!r} is not open")
+    if rnd.status == "keys":
+        _publish(session, keys, study, rnd)
+    elif rnd.status == "masking":
+        masked = sorted(store.messages(session, rnd, "masked"))
+        _finish(
+            session,
+            rnd,
+            "restarted",
+            f"{len(masked)} masked vectors; restarting without the members lost before masking",
+        )
+        if len(masked) < params.min_roster:
+            rnd.status = "abandoned"
+        else:
+            session.add(
+                Round(
+                    study_id=study.id,
+                    number=rnd.number,
+                    attempt=rnd.attempt + 1,
+                    status="keys",
+                    expected=json.dumps(masked),
+                )
+            )
+    else:
+        _reveal(session, keys, study, rnd)
+    session.commit()
+    return current(session, study.id)
+
+
+def round_public(session: Session, rnd: Round) -> RoundPublic:
+    n = store.counts(session, rnd)
+    cohort = 0
+    if rnd.roster is not None:
+        payload = SignedMessage.model_validate_json(rnd.roster).payload
+        cohort = len(RosterBody.model_validate_json(payload).members)
+    return RoundPublic(
+        study_id=rnd.study_id,
+        round=rnd.number,
+        attempt=rnd.attempt,
+        status=rnd.status,  # type: ignore[arg-type]
+        expected=store.expected(rnd),
+        cohort=cohort,
+        masked=n["masked"],
+        survivors=n["unmask"],
+        detail=rnd.detail,
+        created_at=rnd.created_at,
+        finished_at=rnd.finished_at,
+    )
+
+
+def round_state(session: Session, study: Study, participant: Participant) -> RoundState:
+    rnd = current(session, study.id)
+    public = round_public(session, rnd)
+    mine = [
+        k
+        for k in ("advert", "masked", "unmask")
+        if participant.name in store.messages(session, rnd, k)
+    ]
+    inbox = {}
+    if rnd.request is not None:
+        for owner, signed in store.messages(session, rnd, "masked").items():
+            shares = MaskedBody.model_validate_json(signed.payload).shares
+            if participant.name in shares:
+                inbox[owner] = shares[participant.name]
+    return RoundState(
+        **public.model_dump(),
+        roster=SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None,
+        request=SignedMessage.model_validate_json(rnd.request) if rnd.request else None,
+        inbox=inbox,
+        done=mine,  # type: ignore[arg-type]
+    )
