@@ -55,6 +55,10 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
                          "FEDOD_PARTICIPANT_TOKEN")
     e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
                     delta_cap=args.delta_cap)
+    from participant.secagg_round import register_identity
+
+    with agent.client() as client:  # the long-term identity key for secure rounds
+        register_identity(agent, client)
     _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
                 "delta_cap": e.delta_cap},
