@@ -37,7 +37,6 @@ from common.secagg.schemas import RoundState
 from common.signing import load_private_key, save_private_key
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
-from participant.contribute import exact_histograms
 from participant.state import write_private
 
 NoiseShare = Callable[[int, int, Decimal, int], NDArray[np.int64]]
@@ -133,10 +132,13 @@ def _noisy_vector(
         elif known[0].status == "abandoned":
             ledger.check(config.release_cost(), enrolment.cap)
         source = options.source(data, config)
-        exact = exact_histograms(source, config.lsh_family(), None, dense_grid=False)
+        family = config.lsh_family()
+        exact = np.zeros(family.n_cells, dtype=np.int64)
+        for chunk in source:  # the LSH histogram only (participant.contribute pulls in opendp)
+            exact += family.histogram(chunk.X)
         if source.report.rows == 0:
             raise ValueError(f"{data}: no records; nothing to release")
-        counts = np.minimum(exact.lsh, params.max_records)
+        counts = np.minimum(exact, params.max_records)
         noisy = counts + noise_share(
             counts.size, config.lsh.n_tables, config.privacy.epsilon_lsh, params.h_min
         )

@@ -37,16 +37,21 @@ class Cohort:
                         privacy={"epsilon_lsh": "0.5"}, aggregation=SECURE)
         self.states, self.data = {}, {}
         rng = np.random.default_rng(abs(hash(study)) % 2**32)
+        enrolling = []
         for name, token in zip(self.names, tokens, strict=True):
             state, data = tmp_path / name, tmp_path / f"{name}.csv"
             (tmp_path / f"{name}.token").write_text(token)
             X = rng.uniform(0, 1, size=(int(rng.integers(80, 200)), 4))
             data.write_text("x0,x1,x2,x3\n" + "\n".join(",".join(f"{v:.5f}" for v in r)
                                                         for r in X) + "\n")
-            subprocess.run(cli(state, "enrol", "--coordinator", coord.url, "--fingerprint",
-                               coord.fingerprint(), "--token-file", str(tmp_path / f"{name}.token"),
-                               "--epsilon-cap", "10"), check=True, capture_output=True, timeout=120)
+            enrolling.append(subprocess.Popen(
+                cli(state, "enrol", "--coordinator", coord.url, "--fingerprint",
+                    coord.fingerprint(), "--token-file", str(tmp_path / f"{name}.token"),
+                    "--epsilon-cap", "10"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
             self.states[name], self.data[name] = state, data
+        for proc in enrolling:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out
         coord.admin("POST", f"/v1/studies/{study}/rounds")
         self.procs: dict[str, subprocess.Popen] = {}
 
