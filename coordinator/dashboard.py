@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from coordinator.models import Aggregate, Contribution, Study, utcnow
+from coordinator.round_dashboard import rounds_section
 from coordinator.services.ledger import all_budgets, recent_charges
 from coordinator.services.studies import study_config
 
@@ -117,7 +118,7 @@ def dashboard_page(session: Session, key_id: str) -> str:
         study_rows=study_rows,
         release_rows=_release_rows(session),
     )
-    return page("Privacy budget", body)
+    return page("Privacy budget", body + rounds_section(session))
 
 
 __all__ = ["dashboard_page", "login_page"]

@@ -238,3 +238,21 @@ def test_a_round_needs_enough_registered_members(client, make_participant, coord
     client.post("/v1/studies", json=coord_kit.study_spec("ind", n_tables=5), headers=ADMIN)
     r = client.post("/v1/studies/ind/rounds", headers=ADMIN)
     assert r.status_code == 409 and "independent noise" in r.json()["detail"]
+
+
+def test_dashboard_lists_each_round_attempt(client, cohort, app):
+    from coordinator.dashboard import dashboard_page
+
+    env, hs = cohort()
+    _open(client)
+    for h in hs:
+        h.send("keys", h.state(), h.advert(h.state()))
+    for h in hs[:3]:
+        h.send("masked", h.state(), h.masked(h.state(), env))
+    client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    with app.state.sessionmaker() as session:
+        html = dashboard_page(session, "k")
+    assert '<tr data-round="sec/1/1"><td>sec</td><td class="num">1</td><td class="num">1</td>' \
+           "<td>secure</td><td>restarted</td>" in html
+    assert '<td class="num" data-field="cohort">4</td>' in html
+    assert 'data-round="sec/1/2"' in html and "<td>keys</td>" in html
