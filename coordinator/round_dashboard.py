@@ -6,7 +6,8 @@ from html import escape
 
 from sqlalchemy.orm import Session
 
-from coordinator.services.rounds import list_rounds, round_public
+from coordinator.services.round_views import round_public
+from coordinator.services.rounds import list_rounds
 
 
 def rounds_section(session: Session) -> str:

@@ -167,6 +167,12 @@ def _post(
     )
 
 
+def _check_roster(
+    roster: SignedMessage, advert: SignedMessage, ref: RoundRef, **fixed: Any
+) -> proto.VerifiedRoster:
+    return proto.check_roster(roster, my_advert=advert, ref=ref, **fixed)
+
+
 def run_secure_round(
     agent: Agent,
     study: str,
@@ -193,6 +199,10 @@ def run_secure_round(
         identity = register_identity(agent, client)
         coordinator = agent.public_key()
         k = config.secure_modulus_bits()
+        check = functools.partial(
+            _check_roster, me=name, coordinator_key=coordinator, params=params,
+            config_digest=signed.digest(), modulus_bits=k,
+        )
         give_up = time.monotonic() + wait
         number: int | None = None
         while True:
@@ -231,16 +241,7 @@ def run_secure_round(
                     return {"stopped_after": "keys", "round": number}
             elif st.status == "masking" and "masked" not in st.done:
                 assert st.roster is not None
-                roster = proto.check_roster(
-                    st.roster,
-                    me=name,
-                    my_advert=advert,
-                    coordinator_key=coordinator,
-                    ref=ref,
-                    params=params,
-                    config_digest=signed.digest(),
-                    modulus_bits=k,
-                )
+                roster = check(st.roster, advert, ref)
                 make = functools.partial(
                     proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
                     noisy=noisy,
@@ -251,16 +252,7 @@ def run_secure_round(
                     return {"stopped_after": "masked", "round": number}
             elif st.status == "unmask" and "unmask" not in st.done:
                 assert st.roster is not None and st.request is not None
-                roster = proto.check_roster(
-                    st.roster,
-                    me=name,
-                    my_advert=advert,
-                    coordinator_key=coordinator,
-                    ref=ref,
-                    params=params,
-                    config_digest=signed.digest(),
-                    modulus_bits=k,
-                )
+                roster = check(st.roster, advert, ref)
                 answer = proto.answer_unmask(
                     st.request,
                     roster,

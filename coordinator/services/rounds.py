@@ -25,7 +25,6 @@ from common.secagg import server
 from common.secagg.masks import unpack_words
 from common.secagg.messages import (
     MaskedBody,
-    RosterBody,
     RoundRef,
     RoundRefused,
     SignedMessage,
@@ -33,7 +32,6 @@ from common.secagg.messages import (
 )
 from common.secagg.params import AggregationParams
 from common.secagg.participant import VerifiedRoster
-from common.secagg.schemas import RoundPublic, RoundState
 from coordinator.keys import KeyStore
 from coordinator.models import Aggregate, Member, Participant, Study, utcnow
 from coordinator.round_models import Round
@@ -148,62 +146,12 @@ def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None
     rnd.roster, rnd.status = roster.model_dump_json(), "masking"
 
 
-def post_advert(
-    session: Session,
-    keys: KeyStore,
-    study: Study,
-    participant: Participant,
-    number: int,
-    signed: SignedMessage,
-) -> Round:
-    identity = store.identity_of(session, participant)
-    rnd = _locked(session, study, number, "keys")
-    if participant.name not in store.expected(rnd):
-        raise RoundRefused(f"{participant.name!r} is not in this attempt's cohort")
-    server.accept_advert(signed, ref=_ref(rnd), name=participant.name, identity=identity)
-    if not store.stored_message(session, rnd, participant, "advert", signed):
-        store.store_message(session, rnd, participant, "advert", signed)
-        session.flush()
-        if len(store.messages(session, rnd, "advert")) == len(store.expected(rnd)):
-            _publish(session, keys, study, rnd)
-    session.commit()
-    return rnd
-
-
 def _masked_words(session: Session, rnd: Round, n_cells: int, k: int) -> dict[str, np.ndarray]:
     out = {}
     for name, signed in store.messages(session, rnd, "masked").items():
         body = MaskedBody.model_validate_json(signed.payload)
         out[name] = unpack_words(b64d(body.words), n_cells, k)
     return out
-
-
-def post_masked(
-    session: Session,
-    keys: KeyStore,
-    study: Study,
-    participant: Participant,
-    number: int,
-    signed: SignedMessage,
-) -> Round:
-    """Accept a masked vector and charge the participant's ledger, in one transaction."""
-    config, _ = _secure(study)
-    identity = store.identity_of(session, participant)
-    rnd = _locked(session, study, number, "masking")
-    roster = _roster(rnd, keys)
-    server.accept_masked(
-        signed, roster, name=participant.name, identity=identity, n_cells=config.lsh_cells
-    )
-    if not store.stored_message(session, rnd, participant, "masked", signed):
-        store.charge_release(session, participant, rnd, config, signed.model_dump_json())
-        store.store_message(session, rnd, participant, "masked", signed)
-        session.flush()
-        masked = store.messages(session, rnd, "masked")
-        if sorted(masked) == roster.names:
-            request = server.build_request(roster, roster.names, keys.private_key())
-            rnd.request, rnd.status = request.model_dump_json(), "unmask"
-    session.commit()
-    return rnd
 
 
 def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
@@ -244,25 +192,65 @@ def _participant(session: Session, name: str) -> Participant:
     return found
 
 
-def post_unmask(
+STEPS: dict[str, tuple[str, str]] = {
+    "keys": ("keys", "advert"),
+    "masked": ("masking", "masked"),
+    "unmask": ("unmask", "unmask"),
+}
+"""Route step -> (the phase it belongs to, the message kind stored)."""
+
+
+def post_message(
     session: Session,
     keys: KeyStore,
     study: Study,
     participant: Participant,
     number: int,
+    step: str,
     signed: SignedMessage,
 ) -> Round:
+    """Check one member's message against the open attempt, store it (a masked vector is
+    charged to the member's ledger in the same transaction), then move the round on when
+    every member has sent this kind of message."""
+    phase, kind = STEPS[step]
+    config, _ = _secure(study)
     identity = store.identity_of(session, participant)
-    rnd = _locked(session, study, number, "unmask")
-    roster = _roster(rnd, keys)
-    server.accept_unmask(signed, roster, name=participant.name, identity=identity)
-    if not store.stored_message(session, rnd, participant, "unmask", signed):
-        store.store_message(session, rnd, participant, "unmask", signed)
+    rnd = _locked(session, study, number, phase)
+    name = participant.name
+    if kind == "advert":
+        if name not in store.expected(rnd):
+            raise RoundRefused(f"{name!r} is not in this attempt's cohort")
+        server.accept_advert(signed, ref=_ref(rnd), name=name, identity=identity)
+    elif kind == "masked":
+        server.accept_masked(
+            signed, _roster(rnd, keys), name=name, identity=identity, n_cells=config.lsh_cells
+        )
+    else:
+        server.accept_unmask(signed, _roster(rnd, keys), name=name, identity=identity)
+    if not store.stored_message(session, rnd, participant, kind, signed):
+        if kind == "masked":
+            store.charge_release(session, participant, rnd, config, signed.model_dump_json())
+        store.store_message(session, rnd, participant, kind, signed)
         session.flush()
-        if sorted(store.messages(session, rnd, "unmask")) == roster.names:
-            _reveal(session, keys, study, rnd)
+        _move_on(session, keys, study, rnd, kind)
     session.commit()
     return rnd
+
+
+def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: str) -> None:
+    received = sorted(store.messages(session, rnd, kind))
+    if kind == "advert":
+        if len(received) == len(store.expected(rnd)):
+            _publish(session, keys, study, rnd)
+        return
+    roster = _roster(rnd, keys)
+    if received != roster.names:
+        return
+    if kind == "masked":
+        request = server.build_request(roster, roster.names, keys.private_key())
+        rnd.request, rnd.status = request.model_dump_json(), "unmask"
+    else:
+        _reveal(session, keys, study, rnd)
 
 
 def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
@@ -297,47 +285,3 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
         _reveal(session, keys, study, rnd)
     session.commit()
     return current(session, study.id)
-
-
-def round_public(session: Session, rnd: Round) -> RoundPublic:
-    n = store.counts(session, rnd)
-    cohort = 0
-    if rnd.roster is not None:
-        payload = SignedMessage.model_validate_json(rnd.roster).payload
-        cohort = len(RosterBody.model_validate_json(payload).members)
-    return RoundPublic(
-        study_id=rnd.study_id,
-        round=rnd.number,
-        attempt=rnd.attempt,
-        status=rnd.status,  # type: ignore[arg-type]
-        expected=store.expected(rnd),
-        cohort=cohort,
-        masked=n["masked"],
-        survivors=n["unmask"],
-        detail=rnd.detail,
-        created_at=rnd.created_at,
-        finished_at=rnd.finished_at,
-    )
-
-
-def round_state(session: Session, study: Study, participant: Participant) -> RoundState:
-    rnd = current(session, study.id)
-    public = round_public(session, rnd)
-    mine = [
-        k
-        for k in ("advert", "masked", "unmask")
-        if participant.name in store.messages(session, rnd, k)
-    ]
-    inbox = {}
-    if rnd.request is not None:
-        for owner, signed in store.messages(session, rnd, "masked").items():
-            shares = MaskedBody.model_validate_json(signed.payload).shares
-            if participant.name in shares:
-                inbox[owner] = shares[participant.name]
-    return RoundState(
-        **public.model_dump(),
-        roster=SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None,
-        request=SignedMessage.model_validate_json(rnd.request) if rnd.request else None,
-        inbox=inbox,
-        done=mine,  # type: ignore[arg-type]
-    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Response, status
 
 from common.secagg.messages import SignedMessage
@@ -14,7 +16,7 @@ from coordinator.api.deps import (
     StudyMember,
     StudyReader,
 )
-from coordinator.services import round_store, rounds
+from coordinator.services import round_store, round_views, rounds
 
 router = APIRouter(tags=["rounds"])
 
@@ -39,13 +41,13 @@ def register_identity_key(
 @router.post("/studies/{study_id}/rounds", status_code=status.HTTP_201_CREATED)
 def open_round(study: StudyReader, session: SessionDep, _: AdminDep) -> RoundPublic:
     """Open the next release round of a secure study (admin)."""
-    return rounds.round_public(session, rounds.open_round(session, study))
+    return round_views.round_public(session, rounds.open_round(session, study))
 
 
 @router.get("/studies/{study_id}/rounds")
 def list_rounds(study: StudyReader, session: SessionDep) -> list[RoundPublic]:
     """Every attempt of every round of the study: cohort, survivors, status."""
-    return [rounds.round_public(session, r) for r in rounds.list_rounds(session, study.id)]
+    return [round_views.round_public(session, r) for r in rounds.list_rounds(session, study.id)]
 
 
 @router.get("/studies/{study_id}/rounds/current")
@@ -53,49 +55,7 @@ def current_round(
     study: StudyMember, participant: CurrentParticipant, session: SessionDep
 ) -> RoundState:
     """The current attempt, with the roster, unmask request and shares sealed for the caller."""
-    return rounds.round_state(session, study, participant)
-
-
-@router.post("/studies/{study_id}/rounds/{number}/keys")
-def post_keys(
-    number: int,
-    body: SignedMessage,
-    study: StudyMember,
-    participant: CurrentParticipant,
-    session: SessionDep,
-    keys: KeysDep,
-) -> RoundPublic:
-    """A signed advert of this attempt's X25519 keys."""
-    rnd = rounds.post_advert(session, keys, study, participant, number, body)
-    return rounds.round_public(session, rnd)
-
-
-@router.post("/studies/{study_id}/rounds/{number}/masked")
-def post_masked(
-    number: int,
-    body: SignedMessage,
-    study: StudyMember,
-    participant: CurrentParticipant,
-    session: SessionDep,
-    keys: KeysDep,
-) -> RoundPublic:
-    """A signed masked vector (charges the release to the participant's ledger)."""
-    rnd = rounds.post_masked(session, keys, study, participant, number, body)
-    return rounds.round_public(session, rnd)
-
-
-@router.post("/studies/{study_id}/rounds/{number}/unmask")
-def post_unmask(
-    number: int,
-    body: SignedMessage,
-    study: StudyMember,
-    participant: CurrentParticipant,
-    session: SessionDep,
-    keys: KeysDep,
-) -> RoundPublic:
-    """A signed unmask answer: own self seed and the shares held of the others'."""
-    rnd = rounds.post_unmask(session, keys, study, participant, number, body)
-    return rounds.round_public(session, rnd)
+    return round_views.round_state(session, study, participant)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/advance")
@@ -103,4 +63,21 @@ def advance_round(
     number: int, study: StudyReader, session: SessionDep, keys: KeysDep, _: AdminDep
 ) -> RoundPublic:
     """Declare members that have not acted lost: publish, restart without them, or finish."""
-    return rounds.round_public(session, rounds.advance(session, keys, study, number))
+    return round_views.round_public(session, rounds.advance(session, keys, study, number))
+
+
+@router.post("/studies/{study_id}/rounds/{number}/{step}")
+def post_round_message(
+    number: int,
+    step: Literal["keys", "masked", "unmask"],
+    body: SignedMessage,
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    keys: KeysDep,
+) -> RoundPublic:
+    """A member's signed message: ``keys`` (this attempt's X25519 keys), ``masked`` (the
+    masked vector; charges the release to its ledger), ``unmask`` (own self seed and the
+    shares held of the others')."""
+    rnd = rounds.post_message(session, keys, study, participant, number, step, body)
+    return round_views.round_public(session, rnd)
