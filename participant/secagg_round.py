@@ -203,11 +203,14 @@ def run_secure_round(
             _check_roster, me=name, coordinator_key=coordinator, params=params,
             config_digest=signed.digest(), modulus_bits=k,
         )
+        rounds_dir = agent.state.study_dir(study) / "rounds"
         give_up = time.monotonic() + wait
         number: int | None = None
         while True:
             st = _state(client, study)
-            if st is None or (number is None and st.status not in ("keys", "masking", "unmask")):
+            took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
+            if st is None or (number is None and not took_part
+                              and st.status not in ("keys", "masking", "unmask")):
                 if time.monotonic() > give_up:
                     raise TimeoutError(f"no open round of {study!r} within {wait} s")
                 time.sleep(poll)
@@ -220,6 +223,7 @@ def run_secure_round(
                     "study": study,
                     "round": st.round,
                     "attempt": st.attempt,
+                    "included": name in st.expected,
                     "cohort": st.cohort,
                     "survivors": st.survivors,
                     "participant": name,
@@ -229,7 +233,7 @@ def run_secure_round(
                 raise RoundAbandoned(f"round {number} of {study!r} was abandoned: {st.detail}")
             if name not in st.expected:
                 raise RoundAbandoned(f"{name} is not in attempt {st.attempt} of round {number}")
-            files = RoundFiles(agent.state.study_dir(study) / "rounds" / str(number))
+            files = RoundFiles(rounds_dir / str(number))
             files.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             noisy = _noisy_vector(agent, study, number, config, data, options, noise_share, files)
             ref = RoundRef(study_id=study, round=number, attempt=st.attempt)

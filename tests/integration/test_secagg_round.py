@@ -1,9 +1,9 @@
 """Secure aggregation with real participant processes and a real coordinator process.
 
-Dropouts are triggered on observed progress: a participant started with ``--stop-after``
-leaves right after the coordinator accepted that message (as one lost at that point would),
-and the test waits for the coordinator to record the others' messages before it declares the
-lost ones (``advance``). Nothing depends on a timer.
+Dropouts are triggered on observed progress: a participant is SIGKILLed once the coordinator
+has recorded its masked vector, or started with ``--stop-after`` so that it leaves right after
+the coordinator accepted that message; the test waits for the coordinator to record the
+others' messages before it declares the lost ones (``advance``). Nothing depends on a timer.
 """
 
 from __future__ import annotations
@@ -108,16 +108,23 @@ def cohort(participant_coordinator, tmp_path):
                 proc.wait()
 
 
-def test_member_lost_after_masking_is_recovered(cohort):
+def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
+    """SIGKILL a member once the coordinator holds its masked vector; the others recover its
+    self mask from their shares. A member that left after its keys resumes from its state
+    directory (same round keys, so the roster still carries its advert)."""
     c = cohort("sa-after")
-    lost = c.names[3]
-    c.start(lost, "--stop-after", "masked")
+    late, victim = c.names[3], c.names[0]
+    c.start(late, "--stop-after", "keys")
+    assert c.finish(late)[0] == 0
     for name in c.names[:3]:
         c.start(name)
-    assert c.finish(lost)[0] == 0
+    c.wait_for(lambda r: r["status"] == "masking" and r["masked"] == 3, "3 masked vectors")
+    c.procs[victim].kill()  # its vector is recorded; it never answers the unmask request
+    c.procs[victim].wait()
+    c.start(late)  # resumes: posts its masked vector with the keys it stored
     c.wait_for(lambda r: r["status"] == "unmask" and r["survivors"] == 3, "3 unmask answers")
     assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["status"] == "done"
-    for name in c.names[:3]:
+    for name in c.names[1:]:
         code, out = c.finish(name)
         assert code == 0, out
         assert json.loads(out.splitlines()[0])["cohort"] == 4
@@ -125,6 +132,10 @@ def test_member_lost_after_masking_is_recovered(cohort):
     np.testing.assert_array_equal(total, sum(c.noisy(n) for n in c.names))
     assert doc["contributors"] == 4
     assert [c.spent(n) for n in c.names] == ["0.5"] * 4
+    assert not (c.states[victim] / "studies" / c.study / "rounds" / "1" / "unmasked").exists()
+    c.start(victim)  # back after the round: nothing left to do, nothing sent twice
+    code, out = c.finish(victim)
+    assert code == 0 and json.loads(out.splitlines()[0])["survivors"] == 3, out
 
 
 def test_member_lost_before_masking_restarts_the_round_without_it(cohort):
