@@ -403,7 +403,5 @@ def new_study_config(
         ),
         grid=grid,
         privacy=privacy,
-        aggregation=None
-        if aggregation is None or aggregation.mode == "independent"
-        else aggregation,
+        aggregation=None if aggregation == AggregationParams() else aggregation,
     )

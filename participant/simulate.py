@@ -91,8 +91,8 @@ def study_request(
             "features": features,
             "lsh": {"n_tables": 50, "sample_size": 16},
             "privacy": {"epsilon_lsh": str(epsilon)},
-            "aggregation": {"mode": "secure", "cohort_size": hospitals, "dropouts": 0,
-                            "colluders": 1},
+            "aggregation": {"mode": "secure", "cohort_size": hospitals, "max_dropouts": 0,
+                            "max_colluders": 1},
         }
     return {
         "study_id": STUDY,

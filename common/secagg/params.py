@@ -43,10 +43,15 @@ class AggregationParams(BaseModel):
         "secure: release rounds with secure aggregation and distributed noise.",
     )
     cohort_size: int | None = Field(
-        default=None, strict=True, ge=3, le=1000, description="n: participants in a round."
+        default=None,
+        strict=True,
+        ge=1,
+        le=1000,
+        description="n: participants in a round (secure: required, >= 3). Independent: "
+        "optional, declared to choose the tables.",
     )
-    dropouts: int = Field(default=0, strict=True, ge=0, description="D: dropouts tolerated.")
-    colluders: int = Field(
+    max_dropouts: int = Field(default=0, strict=True, ge=0, description="D: dropouts tolerated.")
+    max_colluders: int = Field(
         default=1,
         strict=True,
         ge=1,
@@ -54,6 +59,14 @@ class AggregationParams(BaseModel):
     )
     h_min: int | None = Field(
         default=None, strict=True, description="n - D - T, stated so the signature covers it."
+    )
+    expected_records: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=10**10,
+        description="Administrator-declared expected records per participant (public, never "
+        "measured); chooses the LSH tables and drives the noise warning (common.noise).",
     )
     max_records: int = Field(
         default=1_000_000,
@@ -67,7 +80,11 @@ class AggregationParams(BaseModel):
     @classmethod
     def _fill_h_min(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("mode") == "secure" and data.get("h_min") is None:
-            n, d, t = data.get("cohort_size"), data.get("dropouts", 0), data.get("colluders", 1)
+            n, d, t = (
+                data.get("cohort_size"),
+                data.get("max_dropouts", 0),
+                data.get("max_colluders", 1),
+            )
             if all(isinstance(v, int) for v in (n, d, t)):
                 data = {**data, "h_min": n - d - t}
         return data
@@ -75,24 +92,24 @@ class AggregationParams(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> AggregationParams:
         if self.mode == "independent":
-            if self.cohort_size is not None or self.h_min is not None:
-                raise ValueError("cohort_size and h_min apply to secure aggregation only")
+            if self.max_dropouts or self.h_min is not None:
+                raise ValueError("max_dropouts and h_min apply to secure aggregation only")
             return self
         n = self.cohort_size
-        if n is None:
+        if n is None or n < 3:
             raise ValueError("secure aggregation needs cohort_size (n >= 3)")
-        h_min = n - self.dropouts - self.colluders
+        h_min = n - self.max_dropouts - self.max_colluders
         if h_min < 1:
             raise ValueError(
-                f"cohort {n} with {self.dropouts} dropouts and {self.colluders} colluders "
+                f"cohort {n} with {self.max_dropouts} dropouts and {self.max_colluders} colluders "
                 "leaves no honest participant (h_min < 1)"
             )
         if self.h_min != h_min:
             raise ValueError(f"h_min must be n - dropouts - colluders = {h_min}")
-        if self.threshold + self.dropouts > n:
+        if self.threshold + self.max_dropouts > n:
             raise ValueError(
-                f"cannot tolerate {self.dropouts} dropouts with {self.colluders} colluders in "
-                f"a cohort of {n}: the unmask threshold {self.threshold} needs "
+                f"cannot tolerate {self.max_dropouts} dropouts with {self.max_colluders} "
+                f"colluders in a cohort of {n}: the unmask threshold {self.threshold} needs "
                 f"dropouts <= {n - self.threshold}"
             )
         return self
@@ -102,14 +119,14 @@ class AggregationParams(BaseModel):
         """Shamir threshold t = floor((n + T) / 2) + 1 (secure mode only)."""
         if self.cohort_size is None:
             raise ValueError("independent mode has no unmask threshold")
-        return (self.cohort_size + self.colluders) // 2 + 1
+        return (self.cohort_size + self.max_colluders) // 2 + 1
 
     @property
     def min_roster(self) -> int:
         """Smallest roster a round may run with: n - D."""
         if self.cohort_size is None:
             raise ValueError("independent mode has no roster")
-        return self.cohort_size - self.dropouts
+        return self.cohort_size - self.max_dropouts
 
     def require_h_min(self) -> int:
         if self.h_min is None:

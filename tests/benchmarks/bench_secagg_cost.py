@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--features", type=int, default=10)
     args = ap.parse_args()
     n, m = args.cohort, args.tables
-    params = AggregationParams(mode="secure", cohort_size=n, dropouts=2, colluders=2)
+    params = AggregationParams(mode="secure", cohort_size=n, max_dropouts=2, max_colluders=2)
     features = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(args.features)]
     config = new_study_config("bench", features, privacy=PrivacyParams(epsilon_lsh=EPS),
                               n_tables=m, aggregation=params)

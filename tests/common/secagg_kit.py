@@ -35,9 +35,9 @@ class Cohort:
     roster: SignedMessage | None = None
 
     @classmethod
-    def make(cls, n: int, *, dropouts: int = 0, colluders: int = 1, k: int = 32, attempt=1):
+    def make(cls, n: int, *, max_dropouts: int = 0, max_colluders: int = 1, k: int = 32, attempt=1):
         params = AggregationParams(
-            mode="secure", cohort_size=n, dropouts=dropouts, colluders=colluders
+            mode="secure", cohort_size=n, max_dropouts=max_dropouts, max_colluders=max_colluders
         )
         ref = RoundRef(study_id="s1", round=1, attempt=attempt)
         cohort = cls(params, ref, k)

@@ -99,21 +99,21 @@ def test_seed_shares_recover_with_threshold_and_not_below(threshold, holders):
 
 
 def test_member_lost_after_masking_is_recovered_from_shares():
-    cohort = Cohort.make(4, dropouts=1)  # threshold 3
+    cohort = Cohort.make(4, max_dropouts=1)  # threshold 3
     vectors = {n: np.arange(5) * (i + 1) for i, n in enumerate(sorted(cohort.members))}
     total = cohort.run(vectors, responders=["h00", "h01", "h03"])
     np.testing.assert_array_equal(total, sum(vectors.values()))
 
 
 def test_too_few_unmask_answers_abort():
-    cohort = Cohort.make(4, dropouts=1)
+    cohort = Cohort.make(4, max_dropouts=1)
     vectors = {n: np.ones(3, dtype=np.int64) for n in cohort.members}
     with pytest.raises(RoundRefused, match="threshold is 3"):
         cohort.run(vectors, responders=["h00", "h01"])
 
 
 def test_sum_needs_every_roster_vector():
-    cohort = Cohort.make(4, dropouts=1)
+    cohort = Cohort.make(4, max_dropouts=1)
     cohort.publish()
     accepted = cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ["h00", "h01", "h02"]}, 3)
     with pytest.raises(RoundRefused, match="every roster member"):
@@ -125,7 +125,7 @@ def _forged(msg: SignedMessage) -> SignedMessage:
 
 
 def test_roster_checks_refuse_forgery_replay_and_padding():
-    cohort = Cohort.make(4, dropouts=1)
+    cohort = Cohort.make(4, max_dropouts=1)
     roster = cohort.publish()
     cohort.check("h00")  # the genuine roster passes
     with pytest.raises(SignatureInvalid, match="signature"):
@@ -192,7 +192,7 @@ def test_coordinator_refuses_forged_replayed_and_misrouted_messages():
 
 
 def test_unmask_refuses_partial_sums_replays_and_a_second_attempt():
-    cohort = Cohort.make(4, dropouts=1)
+    cohort = Cohort.make(4, max_dropouts=1)
     cohort.publish()
     accepted = cohort.accept({n: cohort.mask(n, np.ones(3)) for n in cohort.members}, 3)
     with pytest.raises(RoundRefused, match="partial sum is never revealed"):

@@ -31,7 +31,7 @@ def test_independent_config_keeps_its_canonical_form():
 
 def test_secure_config_is_signed_and_verified_with_its_cohort_parameters():
     key = generate_key()
-    params = secure(dropouts=2, colluders=2)
+    params = secure(max_dropouts=2, max_colluders=2)
     config = new_study_config("s1", FEATURES, privacy=PRIVACY, n_tables=5, aggregation=params)
     back = verify_config(sign_config(config, key), key.public_key())
     assert back.aggregation == params
@@ -44,9 +44,9 @@ def test_secure_config_is_signed_and_verified_with_its_cohort_parameters():
     [
         ({"cohort_size": None}, "needs cohort_size"),
         ({"h_min": 8}, "h_min must be n - dropouts - colluders = 9"),
-        ({"dropouts": 5}, "cannot tolerate 5 dropouts"),
-        ({"colluders": 0}, "greater than or equal to 1"),
-        ({"cohort_size": 2}, "greater than or equal to 3"),
+        ({"max_dropouts": 5}, "cannot tolerate 5 dropouts"),
+        ({"max_colluders": 0}, "greater than or equal to 1"),
+        ({"cohort_size": 2}, "needs cohort_size"),
         ({"max_records": 2**41}, "less than or equal to"),
     ],
 )
@@ -55,9 +55,13 @@ def test_bad_cohort_parameters_are_refused(kw, match):
         secure(**kw)
 
 
-def test_independent_mode_takes_no_cohort():
+def test_independent_mode_may_declare_a_cohort_for_planning_only():
+    declared = AggregationParams(cohort_size=5, expected_records=200)
+    config = new_study_config("s1", FEATURES, privacy=PRIVACY, n_tables=5, aggregation=declared)
+    assert config.aggregation == declared and config.aggregation_mode == "independent"
+    assert b'"expected_records":200' in canonical_json(config)
     with pytest.raises(ValidationError, match="secure aggregation only"):
-        AggregationParams(cohort_size=5)
+        AggregationParams(cohort_size=5, max_dropouts=1)
 
 
 def test_secure_mode_refuses_a_grid():
@@ -81,7 +85,7 @@ def test_word_size_holds_the_largest_sum(n, eps, records):
 
 def test_word_size_fits_64_bits_at_the_extremes_the_config_allows():
     params = AggregationParams(
-        mode="secure", cohort_size=1000, colluders=999, max_records=2**40
+        mode="secure", cohort_size=1000, max_colluders=999, max_records=2**40
     )
     assert params.h_min == 1
     assert modulus_bits(params, 1000, Decimal("0.000000001")) <= 64

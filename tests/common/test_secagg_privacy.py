@@ -26,7 +26,7 @@ EPS = Decimal(1)
 
 
 def _observed(extra: int, share_h: int) -> np.ndarray:
-    cohort = Cohort.make(4, dropouts=1, colluders=1, k=32)
+    cohort = Cohort.make(4, max_dropouts=1, max_colluders=1, k=32)
     names = sorted(cohort.members)[:3]  # the fourth was lost before masking
     base = np.full(CELLS, 5, dtype=np.int64)
     vectors = {

@@ -89,8 +89,8 @@ def cohort(client, make_participant, coord_kit):
     def make(n_hospitals=4, cap="10"):
         people = [make_participant(f"h{i}", epsilon_cap=cap) for i in range(n_hospitals)]
         spec = coord_kit.study_spec("sec", n_tables=5, epsilon_lsh="0.5")
-        spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "dropouts": 1,
-                               "colluders": 1}
+        spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
+                               "max_colluders": 1}
         r = client.post("/v1/studies", json=spec, headers=ADMIN)
         assert r.status_code == 201, r.text
         for p in people:
@@ -231,7 +231,8 @@ def test_identity_keys_are_set_once_and_independent_routes_refuse_secure_studies
 
 def test_a_round_needs_enough_registered_members(client, make_participant, coord_kit):
     spec = coord_kit.study_spec("sec", n_tables=5)
-    spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "dropouts": 1, "colluders": 1}
+    spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
+                           "max_colluders": 1}
     assert client.post("/v1/studies", json=spec, headers=ADMIN).status_code == 201
     r = client.post("/v1/studies/sec/rounds", headers=ADMIN)
     assert r.status_code == 409 and "at least 3" in r.json()["detail"]

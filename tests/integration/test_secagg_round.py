@@ -21,7 +21,7 @@ from common.encoding import decode_counts
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]
-SECURE = {"mode": "secure", "cohort_size": 4, "dropouts": 1, "colluders": 1}
+SECURE = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1, "max_colluders": 1}
 
 
 def cli(state: Path, *args: str) -> list[str]:
