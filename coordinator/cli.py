@@ -86,13 +86,23 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
 
 def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
     from common.schemas import StudyCreate
-    from coordinator.services.studies import create_study, study_public
+    from coordinator.services.studies import create_study, study_config, study_public
 
     body = StudyCreate.model_validate_json(Path(args.spec).read_text())
     with _session(settings) as session:
         study = create_study(session, _keys(settings), body)
         _print(study_public(session, study))
+        _warn_noise(body, study_config(study))
     return EXIT_OK
+
+
+def _warn_noise(body: Any, config: Any) -> None:
+    """Print, from public inputs only, when the study's model will be dominated by noise."""
+    from common.noise.planning import config_noise_warning
+
+    warning = config_noise_warning(config, getattr(body, "aggregation", None))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def cmd_study_list(args: argparse.Namespace, settings: Any) -> int:

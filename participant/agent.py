@@ -12,6 +12,7 @@ cap are consulted before any noise is drawn; a stored release is re-sent unchang
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,11 +25,14 @@ from pydantic import ValidationError
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import ConfigError, SignatureInvalid
+from common.noise.planning import config_noise_warning
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
 from participant.client import CoordinatorClient
 from participant.data import DataSource, DataSpec
 from participant.ledger import Ledger
 from participant.state import Enrolment, StateDir, check_study_id, write_private
+
+log = logging.getLogger("fedod.participant")
 
 if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
     from participant.contribute import SendResult
@@ -154,6 +158,9 @@ class Agent:
                 raise ConfigError(f"asked for study {study!r}, got a config for "
                                   f"{config.study_id!r}")
             ledger.see_config(study, config.version)
+        warning = config_noise_warning(config)
+        if warning:
+            log.warning("study %s: %s", study, warning)
         write_private(self.state.study_dir(study) / "config.json", text.encode())
         return config, signed
 

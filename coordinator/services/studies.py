@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from common.config import StudyConfig, new_study_config
 from common.errors import Conflict, InvalidInput, NotFound
+from common.noise.planning import config_noise_warning, plan_lsh_tables
 from common.schemas import StudyCreate, StudyPublic
 from common.signing import SignedConfig, sign_config
 from coordinator.keys import KeyStore
@@ -49,13 +50,14 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
     """Derive fresh seeds and the LSH digest, sign version 1, create an empty model."""
     if session.get(Study, body.study_id) is not None:
         raise Conflict(f"study {body.study_id!r} already exists; pick another id")
+    n_tables, sample_size = lsh_tables_for(body)
     try:
         config = new_study_config(
             body.study_id,
             body.features,
             privacy=body.privacy,
-            n_tables=body.lsh.n_tables,
-            sample_size=body.lsh.sample_size,
+            n_tables=n_tables,
+            sample_size=sample_size,
             grid=body.grid,
             valid_days=body.valid_days,
             seed=secrets.token_bytes(32),
@@ -71,7 +73,22 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
     session.add(Aggregate(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
     session.commit()
     log.info("study created", extra={"study": study.id, "lsh_cells": config.lsh_cells})
+    warning = config_noise_warning(config, getattr(body, "aggregation", None))
+    if warning:
+        log.warning("study %s: %s", study.id, warning)
     return study
+
+
+def lsh_tables_for(body: StudyCreate) -> tuple[int, int]:
+    """Table count and size: the administrator's where given (fields set in the request),
+    else chosen for the noise from the declared cohort (``common.noise.planning``)."""
+    fixed = body.lsh.model_fields_set
+    return plan_lsh_tables(
+        body.privacy.epsilon_lsh,
+        getattr(body, "aggregation", None),
+        body.lsh.n_tables if "n_tables" in fixed else None,
+        body.lsh.sample_size if "sample_size" in fixed else None,
+    )
 
 
 def get_study(session: Session, study_id: str) -> Study:

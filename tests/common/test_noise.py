@@ -174,3 +174,29 @@ def test_shapes_and_exact_parameters() -> None:
     assert sample_noise_share(0, 1, "1", 1).shape == (0,)
     assert noise_parameters(100, "0.3") == (3, 1000)
     assert noise_parameters(4, Decimal("0.25")) == (1, 16)
+
+
+def test_forked_child_does_not_reuse_the_parents_random_words() -> None:
+    """The word pool is emptied in a forked child: parent and child draw different noise."""
+    import os
+
+    from common.noise.polya import _POOL
+
+    _POOL.word()  # the parent's pool now holds buffered words
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read)
+        os.write(write, b"".join(_POOL.word().to_bytes(8, "little") for _ in range(8)))
+        os._exit(0)
+    os.close(write)
+    child = b""
+    while len(child) < 64:
+        chunk = os.read(read, 64)
+        if not chunk:
+            break
+        child += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = b"".join(_POOL.word().to_bytes(8, "little") for _ in range(8))
+    assert len(child) == 64 and child != parent
