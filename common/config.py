@@ -29,8 +29,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -38,6 +40,7 @@ from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_d
 from common.cellkeys import MAX_KEY_BITS
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
+from common.secagg.params import AggregationParams, modulus_bits
 
 __all__ = [
     "MAX_GRID_CELL_LIMIT",
@@ -241,6 +244,28 @@ class StudyConfig(_Model):
     lsh: LSHParams
     grid: GridParams | None = Field(default=None, description="Grid release, or null.")
     privacy: PrivacyParams
+    aggregation: AggregationParams | None = Field(
+        default=None,
+        description="Release aggregation; null is independent noise (omitted from the JSON, so "
+        "configs signed before secure aggregation keep their canonical form).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_default_aggregation(self, handler: SerializerFunctionWrapHandler) -> Any:
+        doc = handler(self)
+        if isinstance(doc, dict) and doc.get("aggregation") is None:
+            doc.pop("aggregation", None)
+        return doc
+
+    @property
+    def aggregation_mode(self) -> Literal["independent", "secure"]:
+        return "independent" if self.aggregation is None else self.aggregation.mode
+
+    def secure_modulus_bits(self) -> int:
+        """Word size k of the secure sum (secure mode only; see common.secagg.params)."""
+        if self.aggregation is None or self.aggregation.mode != "secure":
+            raise ValueError(f"study {self.study_id} does not use secure aggregation")
+        return modulus_bits(self.aggregation, self.lsh.n_tables, self.privacy.epsilon_lsh)
 
     @model_validator(mode="after")
     def _consistent(self) -> StudyConfig:
@@ -279,6 +304,10 @@ class StudyConfig(_Model):
                     "delta_grid must be 0 for a dense grid (pure epsilon-DP); "
                     "it would be charged for nothing"
                 )
+        if self.aggregation_mode == "secure":
+            if self.grid is not None:
+                raise ValueError("secure aggregation releases the LSH tables only: omit the grid")
+            self.secure_modulus_bits()
         total = p.epsilon_lsh + p.epsilon_grid
         if total > UTILITY_EPSILON_WARNING:
             logger.warning(
@@ -365,6 +394,7 @@ def new_study_config(
     seed: bytes | None = None,
     scoring: Literal["log", "mass"] | None = None,
     now: datetime | None = None,
+    aggregation: AggregationParams | None = None,
 ) -> StudyConfig:
     """Build a config with a fresh 32-byte seed (unless given) and its LSH digest."""
     seed = os.urandom(32) if seed is None else seed
@@ -389,4 +419,5 @@ def new_study_config(
         ),
         grid=grid,
         privacy=privacy,
+        aggregation=None if aggregation == AggregationParams() else aggregation,
     )

@@ -25,6 +25,7 @@ from common.config import (
     StudyId,
 )
 from common.encoding import EncodedCounts
+from common.secagg.params import AggregationParams
 from common.signing import SignedConfig
 
 __all__ = [
@@ -94,6 +95,11 @@ class StudyCreate(_Input):
     privacy: PrivacyParams = Field(description="Epsilon (and delta) spent by each release.")
     valid_days: int = Field(
         default=365, strict=True, ge=1, le=3650, description="Days until the config expires."
+    )
+    aggregation: AggregationParams | None = Field(
+        default=None,
+        description="independent (default) or secure aggregation with its signed cohort "
+        "parameters (n, dropouts, colluders, hence h_min).",
     )
 
 

@@ -22,6 +22,7 @@ from common.errors import NotFound
 from common.schemas import BudgetPublic
 from coordinator.charts import cumulative_series, step_chart
 from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
+from coordinator.round_dashboard import rounds_section
 from coordinator.services.ledger import all_budgets, budget_of
 from coordinator.services.refusals import refused_attempts
 from coordinator.services.studies import study_config
@@ -199,7 +200,7 @@ def dashboard_page(session: Session, key_id: str, warn: Decimal = Decimal("0.8")
         refused=_refusals_table(session),
         releases=_charges_table(charges[:25]),
     )
-    return page("Privacy budget", body)
+    return page("Privacy budget", body + rounds_section(session))
 
 
 def participant_page(session: Session, key_id: str, name: str,

@@ -18,6 +18,7 @@ from coordinator.api.routes import (
     keys,
     models,
     participants,
+    rounds,
     studies,
 )
 from coordinator.config import Settings
@@ -72,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys.ensure()
 
     app.include_router(health.router)
-    for module in (keys, studies, contributions, models, participants, budget):
+    for module in (keys, studies, contributions, models, participants, budget, rounds):
         app.include_router(module.router, prefix="/v1")
     app.include_router(dashboard.router)
     app.add_exception_handler(FedodError, handle_domain_error)

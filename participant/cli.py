@@ -1,6 +1,6 @@
 """``fedod-participant``: run a fedod participant next to local data.
 
-Subcommands: enrol, approve, config, check-data, contribute, score, run, ledger, status.
+Subcommands: enrol, approve, config, check-data, contribute, score, run, round, ledger, status.
 
 Exit codes:
     0  success

@@ -99,6 +99,10 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
                          "FEDOD_PARTICIPANT_TOKEN")
     e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
                     delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
+    from participant.secagg_round import register_identity
+
+    with agent.client() as client:  # the long-term identity key for secure rounds
+        register_identity(agent, client)
     _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
                 "delta_cap": e.delta_cap, "max_release_epsilon": e.max_release_epsilon},
@@ -230,10 +234,23 @@ def _json_text(value: Any) -> str:
     return f"{value.normalize():f}" if isinstance(value, Decimal) else str(value)
 
 
+def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
+    from participant.secagg_round import run_secure_round
+
+    doc = run_secure_round(agent, args.study, args.data, _options(args), wait=args.wait,
+                           stop_after=args.stop_after)
+    if "stopped_after" in doc:
+        _out(args, doc, f"left round {doc['round']} after sending {doc['stopped_after']}")
+        return
+    _out(args, doc, f"round {doc['round']} of {args.study} done (attempt {doc['attempt']}): "
+                    f"sum of {doc['cohort']} participants revealed, {doc['survivors']} "
+                    "answered the unmask")
+
+
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
     "enrol": cmd_enrol, "approve": cmd_approve, "config": cmd_config, "check-data": cmd_check_data,
     "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
-    "status": cmd_status,
+    "status": cmd_status, "round": cmd_round,
 }
 
 
@@ -332,6 +349,15 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                    help="wait until the model has N contributions before scoring (1)")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
                    help="give up waiting for contributors after S seconds (600)")
+    p = add("round", "take part in the open secure-aggregation round of a study: one noisy "
+                     "vector (counts + noise share, drawn once, charged once), masked; the "
+                     "coordinator learns only the cohort's sum")
+    _data_args(p)
+    p.add_argument("--wait", type=float, default=600.0, metavar="S",
+                   help="give up if no round is open within S seconds (600)")
+    p.add_argument("--stop-after", choices=("keys", "masked"), default=None,
+                   help="drill: leave right after that message was accepted, as a "
+                        "participant lost at that point would")
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser

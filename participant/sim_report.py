@@ -40,7 +40,8 @@ def read_scores(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
     """Per-detector federated scores from a hospital's score file, in ``keys`` order."""
     with path.open(newline="") as fh:
         rows = {row[dd.ID_COLUMN]: row for row in csv.DictReader(fh)}
-    cols = ("score_lsh", "score_grid", "outlier_score")
+    cols = [c for c in ("score_lsh", "score_grid", "outlier_score") if c in next(iter(
+        rows.values()), {})]  # no grid scores under secure aggregation (LSH tables only)
     return {c: np.array([float(rows[k][c]) for k in keys]) for c in cols}
 
 

@@ -71,11 +71,15 @@ def start_coordinator(workdir: Path, database_url: str | None, port: int) -> tup
     raise SystemExit(f"coordinator did not become ready; see {workdir / 'coordinator.log'}")
 
 
-def study_request(data: dd.Dataset, epsilon: Decimal) -> dict[str, Any]:
+def study_request(
+    data: dd.Dataset, epsilon: Decimal, hospitals: int = 0, aggregation: str = "independent"
+) -> dict[str, Any]:
     """The study an administrator would create for this dataset (public bounds only).
 
     Small data under noise favours fewer, coarser tables: 50 tables of expected size 16, and
     90 % of each release's epsilon on LSH iTables, 10 % on the grid (3 public features).
+    ``aggregation="secure"``: release rounds with secure aggregation over all ``hospitals``
+    (no dropouts, one colluder: each hospital sees the model), LSH tables only.
     """
     bounds = dd.study_bounds(data.X)
     features = [
@@ -83,6 +87,15 @@ def study_request(data: dd.Dataset, epsilon: Decimal) -> dict[str, Any]:
     ]
     eps_grid = (epsilon / 10).quantize(Decimal("0.000001"))
     grid = [f for f in GRID_FEATURES if f in data.features] or data.features[:3]
+    if aggregation == "secure":
+        return {
+            "study_id": STUDY,
+            "features": features,
+            "lsh": {"n_tables": 50, "sample_size": 16},
+            "privacy": {"epsilon_lsh": str(epsilon)},
+            "aggregation": {"mode": "secure", "cohort_size": hospitals, "max_dropouts": 0,
+                            "max_colluders": 1},
+        }
     return {
         "study_id": STUDY,
         "features": features,
@@ -141,7 +154,8 @@ def _simulate(
     admin: str,
 ) -> tuple[list[HospitalResult], dict[str, Any]]:
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
-    r = api.post("/v1/studies", json=study_request(data, epsilon))
+    r = api.post("/v1/studies",
+                 json=study_request(data, epsilon, len(hospitals), args.aggregation))
     r.raise_for_status()
     fingerprint = api.get("/v1/key").json()["key_id"]
     cap = str(epsilon * args.cap_releases)
@@ -184,9 +198,11 @@ def _simulate(
     )
     data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
     slot = ["--send-slot", str(SEND_SLOT)]
-    _run_all(
-        [[*cli, *s, "contribute", *d, *slot] for s, d in zip(state, data_args, strict=True)], logs
-    )
+    if args.aggregation == "secure":
+        api.post(f"/v1/studies/{STUDY}/rounds").raise_for_status()
+        say("secure aggregation round: each hospital masks one noisy vector ...")
+    release = ["round"] if args.aggregation == "secure" else ["contribute", *slot]
+    _run_all([[*cli, *s, *release, *d] for s, d in zip(state, data_args, strict=True)], logs)
     say("every hospital contributed; scoring locally with the global model ...")
     outs = [workdir / h.name / "scores.csv" for h in hospitals]
     _run_all(
@@ -212,7 +228,7 @@ def _simulate(
                 outliers=int(y.sum()),
                 auc_alone=auc(y, alone.decision_function(data.X[h.rows])),
                 auc_federated=auc_fed["score_lsh"],
-                auc_federated_grid=auc_fed["score_grid"],
+                auc_federated_grid=auc_fed.get("score_grid", float("nan")),
                 auc_federated_combined=auc_fed["outlier_score"],
                 auc_centralised=auc(y, central.decision_function(data.X[h.rows])),
                 epsilon_spent=budgets[h.name]["epsilon_spent"],
@@ -224,6 +240,7 @@ def _simulate(
         "dataset": data.name,
         "seed": args.seed,
         "epsilon_per_release": str(epsilon),
+        "aggregation": args.aggregation,
         "split": {h.name: h.rows.size for h in hospitals},
     }
     return rows, facts
@@ -235,7 +252,7 @@ def export(args: argparse.Namespace) -> None:
     data = load_data(args)
     hospitals = dd.split_hospitals(data.X, data.y, args.hospitals, args.seed)
     root.mkdir(parents=True, exist_ok=True)
-    spec = study_request(data, Decimal(args.epsilon))
+    spec = study_request(data, Decimal(args.epsilon), len(hospitals), args.aggregation)
     (root / "study.json").write_text(json.dumps(spec, indent=2))
     for h in hospitals:
         (root / h.name).mkdir(exist_ok=True)
@@ -302,6 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the coordinator running afterwards (Ctrl-C stops it)",
     )
+    p.add_argument(
+        "--aggregation",
+        choices=("secure", "independent"),
+        help="secure: one release round with secure aggregation and one noise draw on the sum "
+        "(LSH tables only; default from 3 hospitals up); independent: every hospital adds its "
+        "own full noise (default for 2)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--export", metavar="DIR", help="only write DIR/study.json and each "
                    "hospital's DIR/<hospital>/data.csv (for docker-compose), then exit")
@@ -312,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.hospitals < 2:
         build_parser().error("--hospitals must be at least 2")
+    if args.aggregation is None:
+        args.aggregation = "secure" if args.hospitals >= 3 else "independent"
+    if args.aggregation == "secure" and args.hospitals < 3:
+        build_parser().error("secure aggregation needs at least 3 hospitals")
     try:
         if args.export:
             export(args)
@@ -330,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         split = ", ".join(f"{k} {v}" for k, v in facts["split"].items())
         print(f"\ndataset: {facts['dataset']}; seed {facts['seed']}; split: {split}")
-        print(f"epsilon per hospital release: {facts['epsilon_per_release']}\n")
+        print(f"epsilon per hospital release: {facts['epsilon_per_release']} "
+              f"({facts['aggregation']} aggregation)\n")
         print(format_table(rows))
         print(
             "\nAUC alone / centralised: non-private LSH iTables fitted on the hospital's own "

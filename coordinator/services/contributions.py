@@ -160,6 +160,11 @@ def submit(
         return _replay(previous, digest)
     _check_config(study.id, study.config_version, study.config_digest, body)
     config = study_config(study)
+    if config.aggregation_mode == "secure":
+        raise ConfigVersionConflict(
+            f"study {study.id!r} uses secure aggregation: releases go through its rounds "
+            "(fedod-participant round), not single contributions"
+        )
     cost = _check_cost(config, body)
     refusal = _over_budget(participant, cost)
     if refusal is not None:

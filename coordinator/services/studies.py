@@ -62,6 +62,7 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
             valid_days=body.valid_days,
             seed=secrets.token_bytes(32),
             scoring=getattr(body.lsh, "scoring", None),
+            aggregation=body.aggregation,
         )
     except (ValidationError, ValueError) as exc:
         raise InvalidInput(f"invalid study config: {exc}") from exc

@@ -1,8 +1,7 @@
 """``study create`` chooses the LSH tables for the noise and warns when noise dominates.
 
-The signed config does not carry ``aggregation`` yet (the secure-aggregation branch adds it to
-``StudyCreate`` / ``StudyConfig``); here a ``StudyCreate`` with that field stands in for it,
-so the real CLI, service and database run unchanged.
+The cohort is declared in ``StudyCreate.aggregation`` and signed in ``StudyConfig.aggregation``
+(``common.secagg.params.AggregationParams``); the real CLI, service and database run.
 """
 
 from __future__ import annotations
@@ -11,13 +10,8 @@ import json
 
 import pytest
 
-import common.schemas
-from common.noise import AggregationParams, choose_tables
+from common.noise import choose_tables
 from coordinator.cli import EXIT_OK, main
-
-
-class _StudyCreateWithCohort(common.schemas.StudyCreate):
-    aggregation: AggregationParams = AggregationParams()
 
 
 @pytest.fixture
@@ -25,7 +19,6 @@ def env(monkeypatch, tmp_path):
     monkeypatch.setenv("FEDOD_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
     monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
-    monkeypatch.setattr(common.schemas, "StudyCreate", _StudyCreateWithCohort)
     assert main(["migrate"]) == EXIT_OK
     return tmp_path
 
@@ -47,7 +40,8 @@ def _create(env, capsys, coord_kit, study_id, aggregation, lsh=None):
 def test_tables_chosen_for_the_noise_when_not_fixed(env, capsys, coord_kit):
     cohort = {"mode": "secure", "cohort_size": 10, "expected_records": 200}
     config, err = _create(env, capsys, coord_kit, "s1", cohort)
-    plan = choose_tables("0.1", "secure", 10, 200)
+    assert config.aggregation.h_min == 9  # n - D - T with the default T = 1
+    plan = choose_tables("0.1", "secure", 10, 200, config.aggregation.h_min)
     assert (config.lsh.n_tables, config.lsh.sample_size) == (plan.n_tables, plan.sample_size)
     assert (plan.n_tables, plan.sample_size) != (100, 16)
     assert "warning" not in err

@@ -89,7 +89,9 @@ def test_full_run_sends_only_noisy_histograms(participant_coordinator, recording
     assert status["coordinator_spent"] == status["spent"] == {"epsilon": "1.5", "delta": "0"}
     assert status["cap"]["epsilon"] == "4"  # budgets are numbers as decimal strings
 
-    posts = [r for r in proxy.requests if r[0] == "POST"]
+    keys = [r for r in proxy.requests if r[:2] == ("POST", "/v1/me/identity-key")]
+    assert [set(json.loads(r[3])) for r in keys] == [{"public_key"}]  # enrol: identity key
+    posts = [r for r in proxy.requests if r[0] == "POST" and r not in keys]
     assert len(posts) == 1
     wire = "\n".join(f"{m} {p} {h} {b.decode()}" for m, p, h, b in proxy.requests)
     for value in X[::37].ravel():
@@ -123,7 +125,8 @@ def test_local_cap_stops_a_release_the_coordinator_would_accept(
     refused = run_cli(state, "contribute", "capped", str(data), *cols, check=False)
     assert refused.returncode == 5, refused.stderr
     assert "privacy budget exceeded" in refused.stderr and "local ledger" not in refused.stdout
-    assert len([r for r in proxy.requests if r[0] == "POST"]) == 1
+    releases = [r for r in proxy.requests if r[0] == "POST" and "/contributions" in r[1]]
+    assert len(releases) == 1
     assert len(list((state / "outbox").iterdir())) == 1
     budget = coord.budget("hospital-cap")
     assert budget["epsilon_spent"] == "1.5" and len(budget["entries"]) == 1

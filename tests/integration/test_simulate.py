@@ -38,6 +38,8 @@ def simulation(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
             "4",
             "--hospitals",
             "3",
+            "--aggregation",
+            "independent",
         ],
         capture_output=True,
         text=True,
@@ -98,3 +100,32 @@ def test_epsilon_matches_each_local_ledger(simulation: tuple[dict, Path]) -> Non
         local = json.loads(out.stdout)
         assert Decimal(local["epsilon_spent"]) == Decimal(row["epsilon_spent"])
         assert [e["status"] for e in local["entries"]] == ["acknowledged"]
+
+
+def test_secure_simulation_reveals_one_sum_over_every_hospital(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Five hospitals default to secure aggregation: one round, one sum, one charge each."""
+    from coordinator.round_models import Round
+
+    workdir = tmp_path_factory.mktemp("sim-secure")
+    out = subprocess.run(
+        [sys.executable, "-m", "participant.simulate", "--json", "--workdir", str(workdir),
+         "--epsilon", "1", "--hospitals", "5"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["aggregation"] == "secure"
+    rows = result["hospitals"]
+    assert len(rows) == 5
+    for r in rows:
+        assert 0 <= r["auc_federated"] <= 100 and math.isnan(r["auc_federated_grid"])
+        assert Decimal(r["epsilon_spent"]) == Decimal("1")
+    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db'}")
+    with Session(engine) as s:
+        rounds = s.scalars(select(Round)).all()
+        assert [(r.number, r.attempt, r.status) for r in rounds] == [(1, 1, "done")]
+        kinds = s.scalars(select(LedgerEntry.kind)).all()
+        assert kinds == ["secagg"] * 5
+    engine.dispose()

@@ -1,14 +1,14 @@
 """Refused attempts: releases refused for passing a participant's cap (dashboard).
 
 Revision ID: 0005_refusals
-Revises: 0003_ingest
+Revises: 0004_secagg
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0005_refusals"
-down_revision = "0003_ingest"
+down_revision = "0004_secagg"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,7 @@
+"""Secure aggregation of integer vectors for a release round (pure protocol code).
+
+Modules: :mod:`.params` (signed cohort parameters, h_min, threshold, word size),
+:mod:`.masks` (X25519 + HKDF seeds, ChaCha20 masks mod 2**k), :mod:`.shares` (Shamir shares of
+self-mask seeds, sealed per holder), :mod:`.messages` (signed round messages),
+:mod:`.participant` and :mod:`.server` (the two sides' checks and computations).
+"""

@@ -1,0 +1,167 @@
+"""Round messages of secure aggregation and their Ed25519 signatures.
+
+Every message is a :class:`SignedMessage`: the canonical JSON of a body and an Ed25519
+signature over ``b"fedod-secagg/<kind>/1\\x00" + payload``, so a signature made for one kind
+of message (or for a study config) never verifies as another. Participants sign with their
+long-term identity key (registered at enrolment); the coordinator signs rosters and unmask
+requests with its config key. Every body names study, round and attempt, so a message
+replayed into another round or attempt is refused by :func:`open_message`'s caller.
+
+    advert    participant -> all   per-round X25519 keys (mask, encryption), seed commitment
+    roster    coordinator -> all   the signed adverts of this attempt's cohort, k, threshold
+    masked    participant -> coord masked words + its self-seed shares sealed for each holder
+    request   coordinator -> all   "every roster vector is in: unmask"
+    unmask    participant -> coord own self seed + the shares it holds of the others' seeds
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from typing import Annotated, Literal, TypeVar
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.config import StudyId, canonical_json
+from common.errors import Conflict, SignatureInvalid
+
+__all__ = [
+    "SignedMessage",
+    "RoundRef",
+    "AdvertBody",
+    "RosterBody",
+    "MaskedBody",
+    "RequestBody",
+    "UnmaskBody",
+    "sign_message",
+    "open_message",
+    "b64e",
+    "b64d",
+    "RoundRefused",
+    "raw_ed25519",
+]
+
+Kind = Literal["advert", "roster", "masked", "request", "unmask"]
+B64 = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=64_000_000)]
+Name = Annotated[str, Field(min_length=1, max_length=64)]
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def b64e(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64d(text: str, *, size: int | None = None) -> bytes:
+    """Strict base64; SignatureInvalid when malformed or not ``size`` bytes long."""
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise SignatureInvalid("malformed base64 in a round message") from exc
+    if size is not None and len(data) != size:
+        raise SignatureInvalid(f"expected {size} bytes in a round message, got {len(data)}")
+    return data
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SignedMessage(_Model):
+    """A signed round message (canonical JSON payload + base64 Ed25519 signature)."""
+
+    kind: Kind
+    payload: str = Field(max_length=64_000_000)
+    signature: B64
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.payload.encode("utf-8")).hexdigest()
+
+
+class RoundRef(_Model):
+    """Which study, release round and attempt (attempts restart a round after dropouts)."""
+
+    study_id: StudyId
+    round: int = Field(strict=True, ge=1, le=2**62)
+    attempt: int = Field(strict=True, ge=1, le=10_000)
+
+    @property
+    def round_id(self) -> str:
+        return f"{self.study_id}/{self.round}/{self.attempt}"
+
+    def ref(self) -> RoundRef:
+        return RoundRef(study_id=self.study_id, round=self.round, attempt=self.attempt)
+
+
+class AdvertBody(RoundRef):
+    participant: Name
+    identity_key: B64 = Field(description="Raw Ed25519 identity public key (32 bytes).")
+    mask_key: B64 = Field(description="Raw X25519 public key for the pairwise masks.")
+    enc_key: B64 = Field(description="Raw X25519 public key for sealing seed shares.")
+    seed_commitment: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of b_u.")
+
+
+class RosterBody(RoundRef):
+    config_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    modulus_bits: int = Field(strict=True, ge=8, le=64)
+    threshold: int = Field(strict=True, ge=1)
+    members: list[SignedMessage] = Field(min_length=1, description="Adverts, sorted by name.")
+
+
+class MaskedBody(RoundRef):
+    participant: Name
+    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    words: B64 = Field(description="k/8 little-endian bytes per masked word.")
+    shares: dict[str, B64] = Field(description="Holder name -> sealed share of b_u.")
+
+
+class RequestBody(RoundRef):
+    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    included: list[str] = Field(description="Members whose masked vectors are in the sum.")
+
+
+class UnmaskBody(RoundRef):
+    participant: Name
+    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    self_seed: B64
+    shares: dict[str, B64] = Field(description="Owner name -> this holder's share of b_owner.")
+
+
+def _context(kind: str) -> bytes:
+    return b"fedod-secagg/" + kind.encode("ascii") + b"/1\x00"
+
+
+def sign_message(kind: Kind, body: BaseModel, key: Ed25519PrivateKey) -> SignedMessage:
+    payload = canonical_json(body)
+    return SignedMessage(
+        kind=kind,
+        payload=payload.decode("utf-8"),
+        signature=b64e(key.sign(_context(kind) + payload)),
+    )
+
+
+def open_message(
+    signed: SignedMessage, kind: Kind, model: type[Body], key: Ed25519PublicKey
+) -> Body:
+    """Verify kind and signature, then parse the body; SignatureInvalid otherwise."""
+    if signed.kind != kind:
+        raise SignatureInvalid(f"expected a {kind} message, got {signed.kind}")
+    payload = signed.payload.encode("utf-8")
+    try:
+        key.verify(b64d(signed.signature), _context(kind) + payload)
+    except InvalidSignature as exc:
+        raise SignatureInvalid(f"{kind} message: signature does not verify") from exc
+    try:
+        return model.model_validate_json(payload)
+    except ValidationError as exc:
+        raise SignatureInvalid(f"{kind} message: malformed body: {exc}") from exc
+
+
+def raw_ed25519(text: str) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(b64d(text, size=32))
+
+
+class RoundRefused(Conflict):
+    """A round message out of order, replayed into another round, or against the rules."""

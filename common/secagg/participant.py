@@ -1,0 +1,304 @@
+"""The participant's side of a secure aggregation round (pure: no I/O, no clock).
+
+The agent (``participant/secagg_round.py``) calls, in order: :func:`make_advert`,
+:func:`check_roster`, :func:`mask_upload`, :func:`answer_unmask`. Each check refuses what an
+honest participant must never accept: a forged or foreign signature, a message of another
+study / round / attempt (replay or reordering), a roster whose size is outside the signed
+cohort parameters ``[n - D, n]`` or that does not carry this participant's own advert
+unchanged, and an unmask request that would reveal a partial sum, a sum over fewer than
+``h_min`` participants, or this participant's noisy vector in a second attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from numpy.typing import NDArray
+
+from common.secagg.masks import apply_masks, hkdf, pack_words, pair_seed, to_words
+from common.secagg.messages import (
+    AdvertBody,
+    MaskedBody,
+    RequestBody,
+    RosterBody,
+    RoundRef,
+    RoundRefused,
+    SignedMessage,
+    UnmaskBody,
+    b64d,
+    b64e,
+    open_message,
+    raw_ed25519,
+    sign_message,
+)
+from common.secagg.params import AggregationParams
+from common.secagg.shares import open_share, seal_share, split_seed
+
+__all__ = [
+    "RoundSecrets",
+    "VerifiedRoster",
+    "make_advert",
+    "check_roster",
+    "mask_upload",
+    "answer_unmask",
+    "share_key",
+]
+
+_RAW = serialization.Encoding.Raw
+_PUB = serialization.PublicFormat.Raw
+
+
+def raw_public(key: Ed25519PrivateKey | X25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(_RAW, _PUB)
+
+
+@dataclass(frozen=True)
+class RoundSecrets:
+    """One attempt's secrets: X25519 mask and encryption keys, self-mask seed b_u."""
+
+    mask_key: X25519PrivateKey
+    enc_key: X25519PrivateKey
+    self_seed: bytes
+
+    @classmethod
+    def generate(cls) -> RoundSecrets:
+        return cls(X25519PrivateKey.generate(), X25519PrivateKey.generate(), os.urandom(32))
+
+    def to_bytes(self) -> bytes:
+        """96 raw bytes for the participant's (0600) state file; an attempt's keys must
+        survive a restart so the participant can still unmask the vector it sent."""
+        raw = serialization.PrivateFormat.Raw
+        none = serialization.NoEncryption()
+        return (
+            self.mask_key.private_bytes(_RAW, raw, none)
+            + self.enc_key.private_bytes(_RAW, raw, none)
+            + self.self_seed
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RoundSecrets:
+        if len(data) != 96:
+            raise ValueError("round secrets are 96 bytes")
+        return cls(
+            X25519PrivateKey.from_private_bytes(data[:32]),
+            X25519PrivateKey.from_private_bytes(data[32:64]),
+            data[64:],
+        )
+
+
+@dataclass(frozen=True)
+class VerifiedRoster:
+    """A roster whose every signature and size has been checked."""
+
+    body: RosterBody
+    digest: str
+    members: dict[str, AdvertBody]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.members)
+
+
+def make_advert(
+    ref: RoundRef, name: str, identity: Ed25519PrivateKey, secrets: RoundSecrets
+) -> SignedMessage:
+    body = AdvertBody(
+        **ref.ref().model_dump(),
+        participant=name,
+        identity_key=b64e(raw_public(identity)),
+        mask_key=b64e(raw_public(secrets.mask_key)),
+        enc_key=b64e(raw_public(secrets.enc_key)),
+        seed_commitment=hashlib.sha256(secrets.self_seed).hexdigest(),
+    )
+    return sign_message("advert", body, identity)
+
+
+def _same_ref(body: RoundRef, ref: RoundRef, what: str) -> None:
+    if body.ref() != ref.ref():
+        raise RoundRefused(
+            f"{what} is for {body.round_id}, expected {ref.round_id}: replayed or out of order"
+        )
+
+
+def verify_roster(
+    signed: SignedMessage,
+    *,
+    coordinator_key: Ed25519PublicKey,
+    ref: RoundRef,
+    params: AggregationParams,
+    config_digest: str,
+    modulus_bits: int,
+) -> VerifiedRoster:
+    """Every check on a roster that does not depend on who reads it."""
+    body = open_message(signed, "roster", RosterBody, coordinator_key)
+    _same_ref(body, ref, "roster")
+    if body.config_digest != config_digest:
+        raise RoundRefused("roster names another study config; fetch and verify the config")
+    if body.modulus_bits != modulus_bits or body.threshold != params.threshold:
+        raise RoundRefused("roster word size or threshold differs from the signed config")
+    n = params.cohort_size
+    if not params.min_roster <= len(body.members) <= (n or 0):
+        raise RoundRefused(
+            f"roster has {len(body.members)} members; the signed config allows "
+            f"{params.min_roster} to {n} (n - dropouts to n)"
+        )
+    members: dict[str, AdvertBody] = {}
+    for advert in body.members:
+        claimed = AdvertBody.model_validate_json(advert.payload)
+        opened = open_message(advert, "advert", AdvertBody, raw_ed25519(claimed.identity_key))
+        _same_ref(opened, ref, f"advert of {opened.participant}")
+        members[opened.participant] = opened
+    keys = [m.identity_key for m in members.values()] + [m.mask_key for m in members.values()]
+    keys += [m.enc_key for m in members.values()]
+    if len(members) != len(body.members) or len(set(keys)) != len(keys):
+        raise RoundRefused("roster repeats a member or a key")
+    return VerifiedRoster(body, signed.digest(), members)
+
+
+def check_roster(
+    signed: SignedMessage,
+    *,
+    me: str,
+    my_advert: SignedMessage,
+    coordinator_key: Ed25519PublicKey,
+    ref: RoundRef,
+    params: AggregationParams,
+    config_digest: str,
+    modulus_bits: int,
+) -> VerifiedRoster:
+    """:func:`verify_roster`, plus: my own advert is in it, byte for byte."""
+    roster = verify_roster(
+        signed,
+        coordinator_key=coordinator_key,
+        ref=ref,
+        params=params,
+        config_digest=config_digest,
+        modulus_bits=modulus_bits,
+    )
+    if my_advert not in roster.body.members:
+        raise RoundRefused(f"roster does not carry {me}'s advert as {me} sent it")
+    return roster
+
+
+def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str) -> bytes:
+    """Symmetric key sealing seed shares between two members for this attempt."""
+    shared = mine.exchange(X25519PublicKey.from_public_bytes(b64d(peer.enc_key, size=32)))
+    lo, hi = sorted([b64d(me.identity_key), b64d(peer.identity_key)])
+    return hkdf(shared, salt=round_id.encode(), info=b"fedod-secagg/share/1\x00" + lo + hi)
+
+
+def _share_aad(round_id: str, owner: str, holder: str) -> bytes:
+    return f"fedod-secagg/share/1\x00{round_id}\x00{owner}\x00{holder}".encode()
+
+
+def mask_upload(
+    roster: VerifiedRoster,
+    *,
+    me: str,
+    identity: Ed25519PrivateKey,
+    secrets: RoundSecrets,
+    noisy: NDArray[np.int64],
+) -> SignedMessage:
+    """Mask ``noisy`` (counts + noise share) and seal b_u's shares for the other members."""
+    body, k = roster.body, roster.body.modulus_bits
+    mine = roster.members[me]
+    seeds: list[tuple[int, bytes]] = []
+    for name in roster.names:
+        if name == me:
+            continue
+        peer = roster.members[name]
+        seed = pair_seed(
+            secrets.mask_key,
+            X25519PublicKey.from_public_bytes(b64d(peer.mask_key, size=32)),
+            round_id=body.round_id,
+            purpose=b"mask",
+            my_identity=b64d(mine.identity_key),
+            peer_identity=b64d(peer.identity_key),
+        )
+        seeds.append((1 if me < name else -1, seed))
+    words = apply_masks(to_words(np.asarray(noisy, dtype=np.int64), k), secrets.self_seed, seeds, k)
+    shares = split_seed(secrets.self_seed, body.threshold, len(roster.names))
+    sealed = {
+        name: b64e(
+            seal_share(
+                share_key(secrets.enc_key, roster.members[name], mine, body.round_id),
+                share,
+                _share_aad(body.round_id, me, name),
+            )
+        )
+        for name, share in zip(roster.names, shares, strict=True)
+        if name != me
+    }
+    masked = MaskedBody(
+        **body.ref().model_dump(),
+        participant=me,
+        roster_digest=roster.digest,
+        words=b64e(pack_words(words, k)),
+        shares=sealed,
+    )
+    return sign_message("masked", masked, identity)
+
+
+def answer_unmask(
+    signed: SignedMessage,
+    roster: VerifiedRoster,
+    *,
+    me: str,
+    identity: Ed25519PrivateKey,
+    secrets: RoundSecrets,
+    inbox: dict[str, str],
+    coordinator_key: Ed25519PublicKey,
+    params: AggregationParams,
+    unmasked_attempt: int | None,
+    record: Callable[[int], None],
+) -> SignedMessage:
+    """Answer an unmask request, or refuse it.
+
+    ``unmasked_attempt`` is the attempt of this round that this participant already helped
+    unmask (from its durable state); ``record(attempt)`` must persist the new one durably and
+    is called before the answer exists, so a crash can never leave an answer unrecorded.
+    """
+    request = open_message(signed, "request", RequestBody, coordinator_key)
+    _same_ref(request, roster.body, "unmask request")
+    if request.roster_digest != roster.digest:
+        raise RoundRefused("unmask request names another roster")
+    if sorted(request.included) != roster.names:
+        raise RoundRefused(
+            "unmask request does not include every roster member's vector: a partial sum is "
+            "never revealed (the round must restart without the missing members)"
+        )
+    h_min = params.require_h_min()
+    if len(request.included) < max(h_min, params.min_roster):
+        raise RoundRefused(f"refusing to reveal a sum over fewer than {h_min} participants")
+    if unmasked_attempt is not None and unmasked_attempt != request.attempt:
+        raise RoundRefused(
+            f"this participant's noisy vector was already unmasked in attempt "
+            f"{unmasked_attempt} of round {request.round}; it never enters a second sum"
+        )
+    mine = roster.members[me]
+    held: dict[str, str] = {}
+    for owner in roster.names:
+        if owner == me:
+            continue
+        if owner not in inbox:
+            raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot unmask")
+        key = share_key(secrets.enc_key, roster.members[owner], mine, request.round_id)
+        held[owner] = b64e(
+            open_share(key, b64d(inbox[owner]), _share_aad(request.round_id, owner, me))
+        )
+    record(request.attempt)
+    body = UnmaskBody(
+        **request.ref().model_dump(),
+        participant=me,
+        roster_digest=roster.digest,
+        self_seed=b64e(secrets.self_seed),
+        shares=held,
+    )
+    return sign_message("unmask", body, identity)

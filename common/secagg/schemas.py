@@ -1,0 +1,53 @@
+"""Wire models of the round endpoints (``/v1/studies/{id}/rounds``, ``/v1/me/identity-key``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.secagg.messages import B64, SignedMessage
+
+__all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus"]
+
+RoundStatus = Literal["keys", "masking", "unmask", "done", "restarted", "abandoned"]
+
+
+class IdentityKeyCreate(BaseModel):
+    """A participant's long-term Ed25519 identity key (raw 32 bytes, base64)."""
+
+    model_config = ConfigDict(extra="forbid")
+    public_key: B64 = Field(min_length=44, max_length=44)
+
+
+class IdentityKeyPublic(BaseModel):
+    participant: str
+    public_key: str
+    created_at: datetime
+
+
+class RoundPublic(BaseModel):
+    """One attempt of a release round, as the admin and the dashboard see it."""
+
+    study_id: str
+    round: int
+    attempt: int
+    status: RoundStatus
+    mode: Literal["secure"] = "secure"
+    expected: list[str] = Field(description="Who may post keys in this attempt.")
+    cohort: int = Field(description="Roster size (members whose keys are in the roster).")
+    masked: int = Field(description="Masked vectors received.")
+    survivors: int = Field(description="Members that answered the unmask request.")
+    detail: str | None = None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RoundState(RoundPublic):
+    """What a member needs to take its next step (``inbox``: shares sealed for it)."""
+
+    roster: SignedMessage | None = None
+    request: SignedMessage | None = None
+    inbox: dict[str, str] = Field(default_factory=dict)
+    done: list[Literal["advert", "masked", "unmask"]] = Field(default_factory=list)

@@ -1,0 +1,165 @@
+"""Storage helpers of secure aggregation rounds: identity keys, round rows, messages, charging.
+
+The ledger charge of a secure release happens in the transaction that accepts the
+participant's masked vector, once per (participant, study, round): a restarted attempt re-sends
+the same noisy vector under fresh masks and is not charged again.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from common.config import StudyConfig
+from common.errors import BudgetExceeded, Conflict, InvalidInput
+from common.secagg.messages import SignedMessage, b64d
+from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant
+from coordinator.round_models import IdentityKey, Round, RoundMessage
+
+
+def register_identity(session: Session, participant: Participant, public_key: str) -> bool:
+    """Store the participant's identity key once; True if new. Another key: 409."""
+    raw = b64d(public_key, size=32)
+    try:
+        Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError as exc:
+        raise InvalidInput("public_key is not an Ed25519 public key") from exc
+    existing = session.get(IdentityKey, participant.id)
+    if existing is not None:
+        if existing.public_key != public_key:
+            raise Conflict(
+                f"participant {participant.name!r} already registered another identity key; "
+                "identity keys are long-term (ask the admin to enrol a new participant)"
+            )
+        return False
+    session.add(IdentityKey(participant_id=participant.id, public_key=public_key))
+    session.commit()
+    return True
+
+
+def identity_of(session: Session, participant: Participant) -> Ed25519PublicKey:
+    key = session.get(IdentityKey, participant.id)
+    if key is None:
+        raise Conflict(
+            f"participant {participant.name!r} has no identity key; register one first "
+            "(POST /v1/me/identity-key)"
+        )
+    return Ed25519PublicKey.from_public_bytes(b64d(key.public_key, size=32))
+
+
+def names_with_identity(session: Session, participant_ids: list[int]) -> list[str]:
+    rows = session.execute(
+        select(Participant.name)
+        .join(IdentityKey, IdentityKey.participant_id == Participant.id)
+        .where(Participant.id.in_(participant_ids), Participant.active.is_(True))
+    )
+    return sorted(name for (name,) in rows)
+
+
+def expected(rnd: Round) -> list[str]:
+    names: list[str] = json.loads(rnd.expected)
+    return names
+
+
+def messages(session: Session, rnd: Round, kind: str) -> dict[str, SignedMessage]:
+    rows = session.execute(
+        select(Participant.name, RoundMessage.payload)
+        .join(Participant, Participant.id == RoundMessage.participant_id)
+        .where(RoundMessage.round_id == rnd.id, RoundMessage.kind == kind)
+    )
+    return {name: SignedMessage.model_validate_json(p) for name, p in rows}
+
+
+def counts(session: Session, rnd: Round) -> dict[str, int]:
+    rows = session.execute(
+        select(RoundMessage.kind).where(RoundMessage.round_id == rnd.id)
+    ).scalars()
+    out = {"advert": 0, "masked": 0, "unmask": 0}
+    for kind in rows:
+        out[kind] += 1
+    return out
+
+
+def stored_message(
+    session: Session, rnd: Round, participant: Participant, kind: str, signed: SignedMessage
+) -> bool:
+    """True if this exact message is already stored (a retry); 409 if a different one is."""
+    row = session.get(RoundMessage, (rnd.id, participant.id, kind))
+    if row is None:
+        return False
+    if row.payload != signed.model_dump_json():
+        raise Conflict(
+            f"{participant.name!r} already sent a different {kind} message in round "
+            f"{rnd.number} attempt {rnd.attempt}"
+        )
+    return True
+
+
+def store_message(
+    session: Session, rnd: Round, participant: Participant, kind: str, signed: SignedMessage
+) -> None:
+    session.add(
+        RoundMessage(
+            round_id=rnd.id,
+            participant_id=participant.id,
+            kind=kind,
+            payload=signed.model_dump_json(),
+        )
+    )
+
+
+def charge_release(
+    session: Session, participant: Participant, rnd: Round, config: StudyConfig, body: str
+) -> None:
+    """Charge one release per (participant, study, round), within the caller's transaction."""
+    key = f"secagg:{rnd.study_id}:{rnd.number}"
+    locked = session.scalar(
+        select(Participant)
+        .where(Participant.id == participant.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    assert locked is not None
+    already = session.scalar(
+        select(Contribution.id).where(
+            Contribution.participant_id == locked.id, Contribution.idempotency_key == key
+        )
+    )
+    if already is not None:
+        return
+    cost = config.release_cost()
+    if not (locked.spent + cost).fits_within(locked.cap):
+        raise BudgetExceeded(
+            spent=locked.spent, asked=cost, cap=locked.cap, participant=locked.name
+        )
+    aggregate = session.get(Aggregate, rnd.study_id)
+    eps, delta = cost.to_units()
+    contribution = Contribution(
+        study_id=rnd.study_id,
+        participant_id=locked.id,
+        idempotency_key=key,
+        request_sha256=SignedMessage.model_validate_json(body).digest(),
+        config_version=config.version,
+        eps_units=eps,
+        delta_units=delta,
+        lsh_payload=body,
+        grid_payload=None,
+        model_version=aggregate.version if aggregate else 0,
+    )
+    session.add(contribution)
+    session.flush()
+    session.add(
+        LedgerEntry(
+            participant_id=locked.id,
+            contribution_id=contribution.id,
+            study_id=rnd.study_id,
+            kind="secagg",
+            eps_units=eps,
+            delta_units=delta,
+        )
+    )
+    locked.eps_spent += eps
+    locked.delta_spent += delta

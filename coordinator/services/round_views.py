@@ -1,0 +1,56 @@
+"""Read models of rounds: what the admin, the dashboard and a member see of an attempt."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from common.secagg.messages import MaskedBody, RosterBody, SignedMessage
+from common.secagg.schemas import RoundPublic, RoundState
+from coordinator.models import Participant, Study
+from coordinator.round_models import Round
+from coordinator.services import round_store as store
+from coordinator.services.rounds import current
+
+
+def round_public(session: Session, rnd: Round) -> RoundPublic:
+    n = store.counts(session, rnd)
+    cohort = 0
+    if rnd.roster is not None:
+        payload = SignedMessage.model_validate_json(rnd.roster).payload
+        cohort = len(RosterBody.model_validate_json(payload).members)
+    return RoundPublic(
+        study_id=rnd.study_id,
+        round=rnd.number,
+        attempt=rnd.attempt,
+        status=rnd.status,  # type: ignore[arg-type]
+        expected=store.expected(rnd),
+        cohort=cohort,
+        masked=n["masked"],
+        survivors=n["unmask"],
+        detail=rnd.detail,
+        created_at=rnd.created_at,
+        finished_at=rnd.finished_at,
+    )
+
+
+def round_state(session: Session, study: Study, participant: Participant) -> RoundState:
+    rnd = current(session, study.id)
+    public = round_public(session, rnd)
+    mine = [
+        k
+        for k in ("advert", "masked", "unmask")
+        if participant.name in store.messages(session, rnd, k)
+    ]
+    inbox = {}
+    if rnd.request is not None:
+        for owner, signed in store.messages(session, rnd, "masked").items():
+            shares = MaskedBody.model_validate_json(signed.payload).shares
+            if participant.name in shares:
+                inbox[owner] = shares[participant.name]
+    return RoundState(
+        **public.model_dump(),
+        roster=SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None,
+        request=SignedMessage.model_validate_json(rnd.request) if rnd.request else None,
+        inbox=inbox,
+        done=mine,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,292 @@
+"""Secure aggregation rounds: a thin state machine around :mod:`common.secagg.server`.
+
+    keys ──(every expected advert, or admin advance with >= n - D)──► masking
+    masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
+    masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
+    unmask ──(admin advance: >= threshold answers)──► done; fewer ──► abandoned
+
+Every message takes the lock of its round row, so transitions are exact with any number of
+workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
+from a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from common.config import StudyConfig
+from common.errors import Conflict, NotFound
+from common.secagg import server
+from common.secagg.masks import unpack_words
+from common.secagg.messages import (
+    MaskedBody,
+    RoundRef,
+    RoundRefused,
+    SignedMessage,
+    b64d,
+)
+from common.secagg.params import AggregationParams
+from common.secagg.participant import VerifiedRoster
+from coordinator.keys import KeyStore
+from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
+from coordinator.round_models import Round
+from coordinator.services import round_store as store
+from coordinator.services.studies import study_config
+
+log = logging.getLogger("fedod.rounds")
+OPEN = ("keys", "masking", "unmask")
+
+
+def _secure(study: Study) -> tuple[StudyConfig, AggregationParams]:
+    config = study_config(study)
+    if config.aggregation is None or config.aggregation.mode != "secure":
+        raise Conflict(f"study {study.id!r} uses independent noise: it has no rounds")
+    return config, config.aggregation
+
+
+def current(session: Session, study_id: str, *, lock: bool = False) -> Round:
+    query = (
+        select(Round)
+        .where(Round.study_id == study_id)
+        .order_by(Round.number.desc(), Round.attempt.desc())
+        .limit(1)
+    )
+    if lock:
+        query = query.with_for_update()
+    rnd = session.scalar(query.execution_options(populate_existing=True))
+    if rnd is None:
+        raise NotFound(f"study {study_id!r} has no round yet; the admin opens one")
+    return rnd
+
+
+def list_rounds(session: Session, study_id: str | None = None) -> list[Round]:
+    query = select(Round).order_by(Round.study_id, Round.number, Round.attempt)
+    if study_id is not None:
+        query = query.where(Round.study_id == study_id)
+    return list(session.scalars(query))
+
+
+def open_round(session: Session, study: Study) -> Round:
+    """Open the next round with the first n members (by name) that registered a key."""
+    _, params = _secure(study)
+    last = session.scalar(
+        select(Round).where(Round.study_id == study.id).order_by(Round.id.desc()).limit(1)
+    )
+    if last is not None and last.status in OPEN:
+        raise Conflict(f"round {last.number} of {study.id!r} is still open ({last.status})")
+    ids = list(session.scalars(select(Member.participant_id).where(Member.study_id == study.id)))
+    names = store.names_with_identity(session, ids)[: params.cohort_size]
+    if len(names) < params.min_roster:
+        raise Conflict(
+            f"only {len(names)} members of {study.id!r} have registered identity keys; a "
+            f"round needs at least {params.min_roster} (n - dropouts)"
+        )
+    rnd = Round(
+        study_id=study.id,
+        number=(last.number + 1) if last else 1,
+        attempt=1,
+        status="keys",
+        expected=json.dumps(names),
+    )
+    session.add(rnd)
+    session.commit()
+    log.info("round opened", extra={"study": study.id, "round": rnd.number})
+    return rnd
+
+
+def _ref(rnd: Round) -> RoundRef:
+    return RoundRef(study_id=rnd.study_id, round=rnd.number, attempt=rnd.attempt)
+
+
+def _roster(rnd: Round, keys: KeyStore) -> VerifiedRoster:
+    assert rnd.roster is not None
+    signed = SignedMessage.model_validate_json(rnd.roster)
+    return server.roster_of(signed, keys.private_key().public_key())
+
+
+def _locked(session: Session, study: Study, number: int, phase: str) -> Round:
+    rnd = current(session, study.id, lock=True)
+    if rnd.number != number:
+        raise RoundRefused(f"round {number} is not the current round ({rnd.number})")
+    if rnd.status != phase:
+        raise RoundRefused(
+            f"round {rnd.number} attempt {rnd.attempt} is in phase {rnd.status!r}, "
+            f"not {phase!r}: message refused (out of order or replayed)"
+        )
+    return rnd
+
+
+def _finish(session: Session, rnd: Round, status: str, detail: str | None = None) -> None:
+    rnd.status, rnd.detail, rnd.finished_at = status, detail, utcnow()
+    log.info(
+        "round finished",
+        extra={"study": rnd.study_id, "round": rnd.number, "status": status, "detail": detail},
+    )
+
+
+def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
+    config, params = _secure(study)
+    adverts = store.messages(session, rnd, "advert")
+    if len(adverts) < params.min_roster:
+        _finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
+        return
+    roster = server.build_roster(
+        _ref(rnd),
+        list(adverts.values()),
+        config_digest=study.config_digest,
+        modulus_bits=config.secure_modulus_bits(),
+        threshold=params.threshold,
+        key=keys.private_key(),
+    )
+    rnd.roster, rnd.status = roster.model_dump_json(), "masking"
+
+
+def _masked_words(session: Session, rnd: Round, n_cells: int, k: int) -> dict[str, np.ndarray]:
+    out = {}
+    for name, signed in store.messages(session, rnd, "masked").items():
+        body = MaskedBody.model_validate_json(signed.payload)
+        out[name] = unpack_words(b64d(body.words), n_cells, k)
+    return out
+
+
+def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
+    config, _ = _secure(study)
+    roster = _roster(rnd, keys)
+    answers = {
+        name: server.accept_unmask(
+            signed,
+            roster,
+            name=name,
+            identity=store.identity_of(session, _participant(session, name)),
+        )
+        for name, signed in store.messages(session, rnd, "unmask").items()
+    }
+    words = _masked_words(session, rnd, config.lsh_cells, roster.body.modulus_bits)
+    try:
+        total = server.reveal_sum(roster, words, answers)
+    except RoundRefused as exc:
+        _finish(session, rnd, "abandoned", exc.message)
+        return
+    aggregate = session.scalar(
+        select(Aggregate)
+        .where(Aggregate.study_id == study.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    snapshot = session.scalar(
+        select(AggregateSnapshot).where(AggregateSnapshot.study_id == study.id).with_for_update()
+    )
+    assert aggregate is not None and snapshot is not None
+    aggregate.version += 1
+    aggregate.contributors = len(roster.names)
+    # the revealed sum replaces the model (a secure study takes no /contributions to fold)
+    snapshot.lsh_sum = total.astype("<i8").tobytes()
+    snapshot.version, snapshot.contributors = aggregate.version, aggregate.contributors
+    aggregate.updated_at = utcnow()
+    _finish(session, rnd, "done", f"{len(answers)} of {len(roster.names)} answered the unmask")
+
+
+def _participant(session: Session, name: str) -> Participant:
+    found = session.scalar(select(Participant).where(Participant.name == name))
+    assert found is not None
+    return found
+
+
+STEPS: dict[str, tuple[str, str]] = {
+    "keys": ("keys", "advert"),
+    "masked": ("masking", "masked"),
+    "unmask": ("unmask", "unmask"),
+}
+"""Route step -> (the phase it belongs to, the message kind stored)."""
+
+
+def post_message(
+    session: Session,
+    keys: KeyStore,
+    study: Study,
+    participant: Participant,
+    number: int,
+    step: str,
+    signed: SignedMessage,
+) -> Round:
+    """Check one member's message against the open attempt, store it (a masked vector is
+    charged to the member's ledger in the same transaction), then move the round on when
+    every member has sent this kind of message."""
+    phase, kind = STEPS[step]
+    config, _ = _secure(study)
+    identity = store.identity_of(session, participant)
+    rnd = _locked(session, study, number, phase)
+    name = participant.name
+    if kind == "advert":
+        if name not in store.expected(rnd):
+            raise RoundRefused(f"{name!r} is not in this attempt's cohort")
+        server.accept_advert(signed, ref=_ref(rnd), name=name, identity=identity)
+    elif kind == "masked":
+        server.accept_masked(
+            signed, _roster(rnd, keys), name=name, identity=identity, n_cells=config.lsh_cells
+        )
+    else:
+        server.accept_unmask(signed, _roster(rnd, keys), name=name, identity=identity)
+    if not store.stored_message(session, rnd, participant, kind, signed):
+        if kind == "masked":
+            store.charge_release(session, participant, rnd, config, signed.model_dump_json())
+        store.store_message(session, rnd, participant, kind, signed)
+        session.flush()
+        _move_on(session, keys, study, rnd, kind)
+    session.commit()
+    return rnd
+
+
+def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: str) -> None:
+    received = sorted(store.messages(session, rnd, kind))
+    if kind == "advert":
+        if len(received) == len(store.expected(rnd)):
+            _publish(session, keys, study, rnd)
+        return
+    roster = _roster(rnd, keys)
+    if received != roster.names:
+        return
+    if kind == "masked":
+        request = server.build_request(roster, roster.names, keys.private_key())
+        rnd.request, rnd.status = request.model_dump_json(), "unmask"
+    else:
+        _reveal(session, keys, study, rnd)
+
+
+def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
+    """Admin: declare the members that have not acted in this phase lost, and move on."""
+    _, params = _secure(study)
+    rnd = current(session, study.id, lock=True)
+    if rnd.number != number or rnd.status not in OPEN:
+        raise Conflict(f"round {number} of {study.id!r} is not open")
+    if rnd.status == "keys":
+        _publish(session, keys, study, rnd)
+    elif rnd.status == "masking":
+        masked = sorted(store.messages(session, rnd, "masked"))
+        _finish(
+            session,
+            rnd,
+            "restarted",
+            f"{len(masked)} masked vectors; restarting without the members lost before masking",
+        )
+        if len(masked) < params.min_roster:
+            rnd.status = "abandoned"
+        else:
+            session.add(
+                Round(
+                    study_id=study.id,
+                    number=rnd.number,
+                    attempt=rnd.attempt + 1,
+                    status="keys",
+                    expected=json.dumps(masked),
+                )
+            )
+    else:
+        _reveal(session, keys, study, rnd)
+    session.commit()
+    return current(session, study.id)

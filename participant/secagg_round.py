@@ -1,0 +1,274 @@
+"""Take part in one secure aggregation release round of a study (``fedod-participant round``).
+
+Order of operations (each step durable before the next)::
+
+    verify config ─► local ledger check + reserve (before any noise) ─► exact counts, clipped
+    to the public max_records ─► noisy vector = counts + noise share, drawn ONCE, stored
+    (rounds/<n>/noisy.npy) ─► per attempt: fresh X25519 keys (stored) ─► signed advert ─►
+    verify roster ─► masked vector stored, then posted (retries send the same bytes) ─►
+    unmask answer only under the rules of common.secagg.participant, its attempt recorded
+    (rounds/<n>/unmasked) before the answer leaves
+
+A restarted attempt (someone was lost before masking) reuses the stored noisy vector under
+fresh masks. The noise share is a parameter (``noise_share``) so the protocol is testable
+without a particular sampler; the default is :func:`common.noise.sample_noise_share`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from numpy.typing import NDArray
+
+from common.config import StudyConfig
+from common.errors import ConfigError, Conflict
+from common.secagg import participant as proto
+from common.secagg.messages import RoundRef, SignedMessage, b64e
+from common.secagg.schemas import RoundState
+from common.signing import load_private_key, save_private_key
+from participant.agent import Agent, DataOptions
+from participant.client import CoordinatorClient
+from participant.state import write_private
+
+NoiseShare = Callable[[int, int, Decimal, int], NDArray[np.int64]]
+Stop = Literal["keys", "masked"] | None
+
+
+def default_noise_share(
+    n: int, sensitivity: int, epsilon: Decimal, h_min: int
+) -> NDArray[np.int64]:
+    from common.noise import sample_noise_share
+
+    return sample_noise_share(n, sensitivity, epsilon, h_min)
+
+
+class RoundAbandoned(Conflict):
+    """The round ended without a revealed sum (too many dropouts), or left us out."""
+
+
+@dataclass
+class RoundFiles:
+    """rounds/<number>/ in the study's state directory (0700 dir, 0600 files)."""
+
+    root: Path
+
+    def secrets(self, attempt: int) -> proto.RoundSecrets:
+        path = self.root / f"attempt-{attempt}.keys"
+        if not path.exists():
+            write_private(path, proto.RoundSecrets.generate().to_bytes())
+        return proto.RoundSecrets.from_bytes(path.read_bytes())
+
+    def unmasked(self) -> int | None:
+        path = self.root / "unmasked"
+        return int(path.read_text()) if path.exists() else None
+
+    def record_unmasked(self, attempt: int) -> None:
+        write_private(self.root / "unmasked", str(attempt).encode())
+
+    def message(self, name: str, make: Callable[[], SignedMessage]) -> SignedMessage:
+        """A stored message, made and stored (fsync) first if absent: retries resend it."""
+        path = self.root / name
+        if not path.exists():
+            write_private(path, make().model_dump_json().encode())
+        return SignedMessage.model_validate_json(path.read_bytes())
+
+
+def identity_key(agent: Agent) -> Ed25519PrivateKey:
+    """The participant's long-term Ed25519 identity key (created once, 0600)."""
+    path = agent.state.root / "identity_key.pem"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        save_private_key(Ed25519PrivateKey.generate(), tmp)
+        tmp.replace(path)
+    return load_private_key(path)
+
+
+def register_identity(agent: Agent, client: CoordinatorClient) -> Ed25519PrivateKey:
+    key = identity_key(agent)
+    body = json.dumps({"public_key": b64e(proto.raw_public(key))}).encode()
+    client.request("POST", "/v1/me/identity-key", content=body)
+    return key
+
+
+def _noisy_vector(
+    agent: Agent,
+    study: str,
+    number: int,
+    config: StudyConfig,
+    data: str | Path,
+    options: DataOptions,
+    noise_share: NoiseShare,
+    files: RoundFiles,
+) -> NDArray[np.int64]:
+    """The stored noisy vector of this round; drawn once, after the ledger reserved it."""
+    path = files.root / "noisy.npy"
+    if path.exists():
+        stored: NDArray[np.int64] = np.load(path)
+        return stored
+    params = config.aggregation
+    assert params is not None and params.h_min is not None
+    key = f"secagg-{study}-{number}"
+    enrolment = agent.state.load_enrolment()
+    with agent.ledger() as ledger:
+        known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
+        if not known:
+            ledger.reserve(
+                idempotency_key=key,
+                study=study,
+                config_version=config.version,
+                config_digest="",
+                cost=config.release_cost(),
+                cap=enrolment.cap,
+            )
+        elif known[0].status == "abandoned":
+            ledger.check(config.release_cost(), enrolment.cap)
+        source = options.source(data, config)
+        family = config.lsh_family()
+        exact = np.zeros(family.n_cells, dtype=np.int64)
+        for chunk in source:  # the LSH histogram only (participant.contribute pulls in opendp)
+            exact += family.histogram(chunk.X)
+        if source.report.rows == 0:
+            raise ValueError(f"{data}: no records; nothing to release")
+        counts = np.minimum(exact, params.max_records)
+        noisy = counts + noise_share(
+            counts.size, config.lsh.n_tables, config.privacy.epsilon_lsh, params.h_min
+        )
+        tmp = files.root / "noisy.tmp.npy"
+        np.save(tmp, noisy.astype(np.int64))
+        write_private(path, tmp.read_bytes())
+        tmp.unlink()
+        ledger.mark(
+            key, "acknowledged", detail=f"secure round {number}: noisy vector stored locally"
+        )
+    return noisy.astype(np.int64)
+
+
+def _state(client: CoordinatorClient, study: str) -> RoundState | None:
+    resp = client.request("GET", f"/v1/studies/{study}/rounds/current", ok=(200, 404))
+    return RoundState.model_validate_json(resp.text) if resp.status_code == 200 else None
+
+
+def _post(
+    client: CoordinatorClient, study: str, number: int, what: str, msg: SignedMessage
+) -> None:
+    client.request(
+        "POST",
+        f"/v1/studies/{study}/rounds/{number}/{what}",
+        content=msg.model_dump_json().encode(),
+    )
+
+
+def _check_roster(
+    roster: SignedMessage, advert: SignedMessage, ref: RoundRef, **fixed: Any
+) -> proto.VerifiedRoster:
+    return proto.check_roster(roster, my_advert=advert, ref=ref, **fixed)
+
+
+def run_secure_round(
+    agent: Agent,
+    study: str,
+    data: str | Path,
+    options: DataOptions,
+    *,
+    noise_share: NoiseShare = default_noise_share,
+    poll: float = 0.1,
+    wait: float = 600.0,
+    stop_after: Stop = None,
+) -> dict[str, Any]:
+    """Take part in the study's open round until its sum is revealed (or it is abandoned).
+
+    ``stop_after`` ("keys" | "masked") leaves right after that message was accepted: a drill
+    for a participant lost at that point of the protocol.
+    """
+    with agent.state.lock(), agent.client() as client:
+        config, signed = agent.fetch_config(study, client)
+        params = config.aggregation
+        if params is None or params.mode != "secure":
+            raise ConfigError(f"study {study!r} uses independent noise: use 'contribute'")
+        me = agent.state.load_enrolment()
+        name = client.request("GET", "/v1/me").json()["participant"]
+        identity = register_identity(agent, client)
+        coordinator = agent.public_key()
+        k = config.secure_modulus_bits()
+        check = functools.partial(
+            _check_roster, me=name, coordinator_key=coordinator, params=params,
+            config_digest=signed.digest(), modulus_bits=k,
+        )
+        rounds_dir = agent.state.study_dir(study) / "rounds"
+        give_up = time.monotonic() + wait
+        number: int | None = None
+        while True:
+            st = _state(client, study)
+            took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
+            if st is None or (number is None and not took_part
+                              and st.status not in ("keys", "masking", "unmask")):
+                if time.monotonic() > give_up:
+                    raise TimeoutError(f"no open round of {study!r} within {wait} s")
+                time.sleep(poll)
+                continue
+            number = number or st.round
+            if st.round != number:
+                raise RoundAbandoned(f"round {number} was replaced by round {st.round}")
+            if st.status == "done":
+                return {
+                    "study": study,
+                    "round": st.round,
+                    "attempt": st.attempt,
+                    "included": name in st.expected,
+                    "cohort": st.cohort,
+                    "survivors": st.survivors,
+                    "participant": name,
+                    "coordinator": me.coordinator_url,
+                }
+            if st.status == "abandoned":
+                raise RoundAbandoned(f"round {number} of {study!r} was abandoned: {st.detail}")
+            if name not in st.expected:
+                raise RoundAbandoned(f"{name} is not in attempt {st.attempt} of round {number}")
+            files = RoundFiles(rounds_dir / str(number))
+            files.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            noisy = _noisy_vector(agent, study, number, config, data, options, noise_share, files)
+            ref = RoundRef(study_id=study, round=number, attempt=st.attempt)
+            secrets = files.secrets(st.attempt)
+            advert = proto.make_advert(ref, name, identity, secrets)
+            if st.status == "keys" and "advert" not in st.done:
+                _post(client, study, number, "keys", advert)
+                if stop_after == "keys":
+                    return {"stopped_after": "keys", "round": number}
+            elif st.status == "masking" and "masked" not in st.done:
+                assert st.roster is not None
+                roster = check(st.roster, advert, ref)
+                make = functools.partial(
+                    proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
+                    noisy=noisy,
+                )
+                masked = files.message(f"attempt-{st.attempt}.masked.json", make)
+                _post(client, study, number, "masked", masked)
+                if stop_after == "masked":
+                    return {"stopped_after": "masked", "round": number}
+            elif st.status == "unmask" and "unmask" not in st.done:
+                assert st.roster is not None and st.request is not None
+                roster = check(st.roster, advert, ref)
+                answer = proto.answer_unmask(
+                    st.request,
+                    roster,
+                    me=name,
+                    identity=identity,
+                    secrets=secrets,
+                    inbox=st.inbox,
+                    coordinator_key=coordinator,
+                    params=params,
+                    unmasked_attempt=files.unmasked(),
+                    record=files.record_unmasked,
+                )
+                _post(client, study, number, "unmask", answer)
+            else:
+                time.sleep(poll)

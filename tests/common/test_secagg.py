@@ -1,0 +1,243 @@
+"""Secure aggregation protocol (common.secagg): masks cancel, masked words look uniform,
+dropouts recover or abort, and every replayed, reordered or forged message is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from secagg_kit import DIGEST, Cohort
+
+from common.errors import SignatureInvalid
+from common.secagg import server as s
+from common.secagg.masks import (
+    apply_masks,
+    from_words,
+    keystream_words,
+    pack_words,
+    to_words,
+    unpack_words,
+)
+from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, sign_message
+from common.secagg.shares import combine_seed, split_seed
+
+K = st.sampled_from([16, 24, 32, 64])
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(3, 6), cells=st.integers(1, 40), k=K, data=st.data())
+def test_masks_cancel_exactly_in_a_full_round(n, cells, k, data):
+    lim = 2 ** (k - 1) // (4 * n)
+    vals = st.lists(st.integers(-lim, lim), min_size=cells, max_size=cells)
+    vectors = {f"h{i:02d}": np.array(data.draw(vals), dtype=np.int64) for i in range(n)}
+    total = Cohort.make(n, k=k).run(vectors)
+    np.testing.assert_array_equal(total, sum(vectors.values()))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seeds=st.lists(st.tuples(st.sampled_from([1, -1]), st.binary(min_size=32, max_size=32))),
+    values=st.lists(st.integers(-(2**15), 2**15 - 1), min_size=1, max_size=30),
+    k=K,
+)
+def test_pairwise_masks_with_opposite_signs_cancel(seeds, values, k):
+    x = to_words(np.array(values, dtype=np.int64), k)
+    b = bytes(32)
+    up = apply_masks(x, b, seeds, k)
+    down = apply_masks(np.zeros_like(x), b, [(-sign, seed) for sign, seed in seeds], k)
+    mask = np.uint64((1 << k) - 1)
+    unmasked = (up + down - 2 * keystream_words(b, len(values), k)) & mask
+    np.testing.assert_array_equal(from_words(unmasked, k), values)
+
+
+@pytest.mark.parametrize("k", [8, 24, 64])
+def test_words_pack_and_sign_round_trip(k):
+    v = np.array([0, 1, -1, 2 ** (k - 1) - 1, -(2 ** (k - 1))], dtype=np.int64)
+    w = to_words(v, k)
+    assert len(pack_words(w, k)) == 5 * k // 8
+    np.testing.assert_array_equal(from_words(unpack_words(pack_words(w, k), 5, k), k), v)
+    with pytest.raises(ValueError, match="expected"):
+        unpack_words(pack_words(w, k)[:-1], 5, k)
+
+
+def test_masked_words_the_coordinator_holds_are_uniform():
+    """Whatever the vector (all zeros or a huge constant), the upload's words are uniform
+    mod 2**k: chi-square over 256 bins of the top byte, and the two uploads' distributions
+    cannot be told apart (two-sample test). Thresholds 1e-6: a false alarm is negligible."""
+    cohort = Cohort.make(3, k=16)
+    cohort.publish()
+    cells = 60_000
+    zeros = np.zeros(cells, dtype=np.int64)
+    big = np.full(cells, 30_000, dtype=np.int64)
+    accepted = cohort.accept(
+        {"h00": cohort.mask("h00", zeros), "h01": cohort.mask("h01", big)}, cells
+    )
+    a, b = (accepted[n][1] for n in ("h00", "h01"))
+    for words in (a, b):
+        counts = np.bincount((words >> np.uint64(8)).astype(np.int64), minlength=256)
+        assert stats.chisquare(counts).pvalue > 1e-6
+        low = np.bincount((words & np.uint64(255)).astype(np.int64), minlength=256)
+        assert stats.chisquare(low).pvalue > 1e-6
+    table = np.vstack([np.bincount((w >> np.uint64(8)).astype(np.int64), minlength=256)
+                       for w in (a, b)])
+    assert stats.chi2_contingency(table).pvalue > 1e-6
+    # the statistic has power: the unmasked vectors are told apart at once
+    assert stats.chisquare(np.bincount(to_words(zeros, 16) >> np.uint64(8), minlength=256)
+                           + 1).pvalue < 1e-6
+
+
+@pytest.mark.parametrize("threshold,holders", [(1, 3), (2, 3), (3, 5), (12, 20)])
+def test_seed_shares_recover_with_threshold_and_not_below(threshold, holders):
+    seed = bytes(range(32))
+    shares = split_seed(seed, threshold, holders)
+    assert combine_seed(shares[-threshold:], threshold) == seed
+    with pytest.raises(ValueError, match="needed"):
+        combine_seed(shares[: threshold - 1], threshold)
+
+
+def test_member_lost_after_masking_is_recovered_from_shares():
+    cohort = Cohort.make(4, max_dropouts=1)  # threshold 3
+    vectors = {n: np.arange(5) * (i + 1) for i, n in enumerate(sorted(cohort.members))}
+    total = cohort.run(vectors, responders=["h00", "h01", "h03"])
+    np.testing.assert_array_equal(total, sum(vectors.values()))
+
+
+def test_too_few_unmask_answers_abort():
+    cohort = Cohort.make(4, max_dropouts=1)
+    vectors = {n: np.ones(3, dtype=np.int64) for n in cohort.members}
+    with pytest.raises(RoundRefused, match="threshold is 3"):
+        cohort.run(vectors, responders=["h00", "h01"])
+
+
+def test_sum_needs_every_roster_vector():
+    cohort = Cohort.make(4, max_dropouts=1)
+    cohort.publish()
+    accepted = cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ["h00", "h01", "h02"]}, 3)
+    with pytest.raises(RoundRefused, match="every roster member"):
+        s.reveal_sum(cohort.server_roster(), {n: w for n, (_, w) in accepted.items()}, {})
+
+
+def _forged(msg: SignedMessage) -> SignedMessage:
+    return msg.model_copy(update={"payload": msg.payload.replace('"round":1', '"round":2')})
+
+
+def test_roster_checks_refuse_forgery_replay_and_padding():
+    cohort = Cohort.make(4, max_dropouts=1)
+    roster = cohort.publish()
+    cohort.check("h00")  # the genuine roster passes
+    with pytest.raises(SignatureInvalid, match="signature"):
+        cohort.check("h00", _forged(roster))
+    stranger = Ed25519PrivateKey.generate()
+    with pytest.raises(SignatureInvalid, match="signature"):
+        cohort.check("h00", sign_message("roster", cohort.server_roster().body, stranger))
+    # a roster of an earlier attempt (replayed) is refused by the next attempt
+    old = cohort.roster
+    cohort.ref = RoundRef(study_id="s1", round=1, attempt=2)
+    with pytest.raises(RoundRefused, match="replayed or out of order"):
+        cohort.check("h00", old)
+    cohort.ref = RoundRef(study_id="s1", round=1, attempt=1)
+    for extra in ("h04", "h05"):
+        cohort.add(extra)
+    cohort.params = cohort.params.model_copy()  # n stays 4
+    with pytest.raises(RoundRefused, match="3 to 4"):
+        cohort.check("h00", cohort.publish())
+    with pytest.raises(RoundRefused, match="3 to 4"):
+        cohort.check("h00", cohort.publish(["h00", "h01"]))
+    with pytest.raises(RoundRefused, match="advert as h00 sent it"):
+        cohort.check("h00", cohort.publish(["h01", "h02", "h03"]))
+
+
+def test_roster_refuses_an_advert_signed_by_another_key():
+    cohort = Cohort.make(3)
+    evil = cohort.members["h01"]
+    forged = sign_message("advert", _body(evil.advert), Ed25519PrivateKey.generate())
+    evil.advert = forged
+    with pytest.raises(SignatureInvalid, match="advert message: signature"):
+        cohort.check("h00", cohort.publish())
+
+
+def _body(msg: SignedMessage):
+    from common.secagg.messages import AdvertBody
+
+    return AdvertBody.model_validate_json(msg.payload)
+
+
+def test_coordinator_refuses_forged_replayed_and_misrouted_messages():
+    cohort = Cohort.make(3)
+    cohort.publish()
+    h0 = cohort.members["h00"]
+    with pytest.raises(SignatureInvalid):
+        s.accept_advert(h0.advert, ref=cohort.ref, name="h00",
+                        identity=cohort.members["h01"].identity.public_key())
+    with pytest.raises(RoundRefused, match="names 'h00' but was sent by 'h01'"):
+        s.accept_advert(h0.advert, ref=cohort.ref, name="h01", identity=h0.identity.public_key())
+    with pytest.raises(RoundRefused, match="open attempt is s1/1/2"):
+        s.accept_advert(h0.advert, ref=RoundRef(study_id="s1", round=1, attempt=2),
+                        name="h00", identity=h0.identity.public_key())
+    upload = cohort.mask("h00", np.ones(4))
+    with pytest.raises(SignatureInvalid):
+        cohort.accept({"h00": _forged(upload)}, 4)
+    # the same upload replayed into a restarted attempt (new roster) is refused
+    for m in cohort.members.values():
+        m.roster = None
+    cohort.ref = RoundRef(study_id="s1", round=1, attempt=2)
+    for name in list(cohort.members):
+        cohort.add(name)
+    cohort.publish()
+    with pytest.raises(RoundRefused, match="open attempt is s1/1/2"):
+        cohort.accept({"h00": upload}, 4)
+
+
+def test_unmask_refuses_partial_sums_replays_and_a_second_attempt():
+    cohort = Cohort.make(4, max_dropouts=1)
+    cohort.publish()
+    accepted = cohort.accept({n: cohort.mask(n, np.ones(3)) for n in cohort.members}, 3)
+    with pytest.raises(RoundRefused, match="partial sum is never revealed"):
+        cohort.answer("h00", cohort.request(["h00", "h01", "h02"]), accepted)
+    with pytest.raises(SignatureInvalid):
+        cohort.answer("h00", _forged(cohort.request(accepted)), accepted)
+    request = cohort.request(accepted)
+    cohort.answer("h00", request, accepted)
+    assert cohort.members["h00"].unmasked == 1
+    cohort.answer("h00", request, accepted)  # the same attempt again: same answer allowed
+    # attempt 2 of the same round with the same noisy vector: refused
+    cohort.ref = RoundRef(study_id="s1", round=1, attempt=2)
+    h0 = cohort.members["h00"]
+    for name in list(cohort.members):
+        m = cohort.add(name)
+        m.unmasked = 1 if name == "h00" else None
+    cohort.publish(["h00", "h01", "h02"])
+    accepted2 = cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ["h00", "h01", "h02"]}, 3)
+    with pytest.raises(RoundRefused, match="already unmasked in attempt 1"):
+        cohort.answer("h00", cohort.request(accepted2), accepted2)
+    assert h0.unmasked == 1
+    cohort.answer("h01", cohort.request(accepted2), accepted2)
+
+
+def test_unmask_refuses_a_request_from_before_the_roster_it_names():
+    """A request of attempt 1 delivered while attempt 2 runs (reordered) is refused."""
+    cohort = Cohort.make(3)
+    cohort.publish()
+    accepted = cohort.accept({n: cohort.mask(n, np.ones(2)) for n in cohort.members}, 2)
+    stale = cohort.request(accepted)
+    cohort.ref = RoundRef(study_id="s1", round=1, attempt=2)
+    for name in list(cohort.members):
+        cohort.add(name).roster = None
+    cohort.publish()
+    accepted2 = cohort.accept({n: cohort.mask(n, np.ones(2)) for n in cohort.members}, 2)
+    with pytest.raises(RoundRefused, match="replayed or out of order"):
+        cohort.answer("h00", stale, accepted2)
+    assert cohort.members["h00"].unmasked is None
+
+
+def test_config_digest_mismatch_is_refused():
+    cohort = Cohort.make(3)
+    roster = s.build_roster(cohort.ref, [m.advert for m in cohort.members.values()],
+                            config_digest="cd" * 32, modulus_bits=32, threshold=3,
+                            key=cohort.coordinator)
+    assert DIGEST != "cd" * 32
+    with pytest.raises(RoundRefused, match="another study config"):
+        cohort.check("h00", roster)

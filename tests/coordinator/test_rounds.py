@@ -1,0 +1,259 @@
+"""Round endpoints: identity keys, a full secure round, restarts, recovery, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ADMIN
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from common.config import StudyConfig
+from common.encoding import decode_counts
+from common.schemas import ModelPublic
+from common.secagg import participant as proto
+from common.secagg.messages import RoundRef, SignedMessage, b64e
+from common.secagg.schemas import RoundState
+from common.signing import SignedConfig, public_key_from_pem
+
+
+class Hospital:
+    """A participant driven step by step with the pure protocol functions."""
+
+    def __init__(self, client, enrolled, study, noisy):
+        self.c, self.e, self.study, self.noisy = client, enrolled, study, noisy
+        self.identity = Ed25519PrivateKey.generate()
+        self.secrets: dict[int, proto.RoundSecrets] = {}
+        self.unmasked: int | None = None
+        r = self.post("/v1/me/identity-key", {"public_key": self.pub})
+        assert r.status_code == 201, r.text
+
+    @property
+    def pub(self):
+        return b64e(proto.raw_public(self.identity))
+
+    def post(self, path, body):
+        return self.c.post(path, json=body, headers=self.e.headers)
+
+    def state(self) -> RoundState:
+        r = self.c.get(f"/v1/studies/{self.study}/rounds/current", headers=self.e.headers)
+        assert r.status_code == 200, r.text
+        return RoundState.model_validate_json(r.text)
+
+    def ref(self, st):
+        return RoundRef(study_id=self.study, round=st.round, attempt=st.attempt)
+
+    def advert(self, st) -> SignedMessage:
+        secrets = self.secrets.setdefault(st.attempt, proto.RoundSecrets.generate())
+        return proto.make_advert(self.ref(st), self.e.name, self.identity, secrets)
+
+    def send(self, what, st, msg, status=200):
+        r = self.post(f"/v1/studies/{self.study}/rounds/{st.round}/{what}",
+                      msg.model_dump(mode="json"))
+        assert r.status_code == status, r.text
+        return r
+
+    def roster(self, st, env):
+        return proto.check_roster(
+            st.roster, me=self.e.name, my_advert=self.advert(st),
+            coordinator_key=env.key, ref=self.ref(st), params=env.config.aggregation,
+            config_digest=env.digest, modulus_bits=env.config.secure_modulus_bits(),
+        )
+
+    def masked(self, st, env) -> SignedMessage:
+        return proto.mask_upload(self.roster(st, env), me=self.e.name, identity=self.identity,
+                                 secrets=self.secrets[st.attempt], noisy=self.noisy)
+
+    def unmask(self, st, env) -> SignedMessage:
+        def record(a):
+            self.unmasked = a
+
+        return proto.answer_unmask(
+            st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
+            secrets=self.secrets[st.attempt], inbox=st.inbox, coordinator_key=env.key,
+            params=env.config.aggregation, unmasked_attempt=self.unmasked, record=record,
+        )
+
+
+class Env:
+    def __init__(self, client, signed):
+        self.signed = SignedConfig.model_validate(signed)
+        self.config = StudyConfig.model_validate_json(self.signed.payload)
+        self.digest = self.signed.digest()
+        self.key = public_key_from_pem(client.get("/v1/key").json()["public_key_pem"])
+
+
+@pytest.fixture
+def cohort(client, make_participant, coord_kit):
+    """A secure study of n = 4 (D = 1, T = 1: h_min 2, threshold 3) and four hospitals."""
+
+    def make(n_hospitals=4, cap="10"):
+        people = [make_participant(f"h{i}", epsilon_cap=cap) for i in range(n_hospitals)]
+        spec = coord_kit.study_spec("sec", n_tables=5, epsilon_lsh="0.5")
+        spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
+                               "max_colluders": 1}
+        r = client.post("/v1/studies", json=spec, headers=ADMIN)
+        assert r.status_code == 201, r.text
+        for p in people:
+            client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
+        env = Env(client, r.json()["config"])
+        rng = np.random.default_rng(3)
+        hospitals = [Hospital(client, p, "sec", rng.integers(-500, 500, env.config.lsh_cells))
+                     for p in people]
+        return env, hospitals
+
+    return make
+
+
+def _open(client):
+    r = client.post("/v1/studies/sec/rounds", headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _model(client):
+    r = client.get("/v1/studies/sec/model", headers=ADMIN)
+    model = ModelPublic.model_validate_json(r.text)
+    return model, decode_counts(model.lsh, expected_cells=model.lsh.n_cells)[1]
+
+
+def _keys_and_mask(hospitals, env):
+    for h in hospitals:
+        h.send("keys", h.state(), h.advert(h.state()))
+    for h in hospitals:
+        h.send("masked", h.state(), h.masked(h.state(), env))
+
+
+def test_full_round_reveals_the_sum_and_charges_each_release_once(client, cohort):
+    env, hs = cohort()
+    assert _open(client)["status"] == "keys"
+    _keys_and_mask(hs, env)
+    for h in hs:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    model, total = _model(client)
+    np.testing.assert_array_equal(total, sum(h.noisy for h in hs))
+    assert (model.contributors, model.version) == (4, 1)
+    rounds = client.get("/v1/studies/sec/rounds", headers=ADMIN).json()
+    assert [(r["status"], r["cohort"], r["survivors"]) for r in rounds] == [("done", 4, 4)]
+    budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    assert all(budget[h.e.name]["epsilon_spent"] == "0.5" for h in hs)
+
+
+def test_lost_before_masking_restarts_without_it_and_charges_once(client, cohort):
+    env, hs = cohort()
+    _open(client)
+    for h in hs:
+        h.send("keys", h.state(), h.advert(h.state()))
+    first = {}
+    for h in hs[:3]:  # h3 is lost before masking
+        first[h.e.name] = h.masked(h.state(), env)
+        h.send("masked", h.state(), first[h.e.name])
+    r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    assert (r.json()["attempt"], r.json()["status"], r.json()["expected"]) == (
+        2, "keys", ["h0", "h1", "h2"])
+    for h in hs[:3]:
+        h.send("keys", h.state(), h.advert(h.state()))
+    replay = hs[0].send("masked", hs[0].state(), first["h0"], status=409).json()["detail"]
+    assert "open attempt is sec/1/2" in replay  # attempt 1's vector never enters attempt 2
+    for h in hs[:3]:
+        h.send("masked", h.state(), h.masked(h.state(), env))
+    for h in hs[:3]:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    _, total = _model(client)
+    np.testing.assert_array_equal(total, sum(h.noisy for h in hs[:3]))
+    budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    assert [budget[f"h{i}"]["epsilon_spent"] for i in range(4)] == ["0.5", "0.5", "0.5", "0"]
+
+
+def test_lost_after_masking_is_recovered_from_shares(client, cohort):
+    env, hs = cohort()
+    _open(client)
+    _keys_and_mask(hs, env)
+    for h in hs[:3]:  # h3 is lost after masking
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    assert client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN).json()["status"] == "done"
+    _, total = _model(client)
+    np.testing.assert_array_equal(total, sum(h.noisy for h in hs))
+
+
+def test_too_many_lost_after_masking_abandons_without_a_sum(client, cohort):
+    env, hs = cohort()
+    _open(client)
+    _keys_and_mask(hs, env)
+    for h in hs[:2]:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    assert r.json()["status"] == "abandoned" and "threshold is 3" in r.json()["detail"]
+    model, _ = _model(client)
+    assert model.version == 0
+
+
+def test_replayed_reordered_and_forged_messages_are_refused(client, cohort):
+    env, hs = cohort()
+    _open(client)
+    h0 = hs[0]
+    st = h0.state()
+    r = h0.send("masked", st, h0.advert(st), status=409)  # masked before the roster
+    assert "phase 'keys', not 'masking'" in r.json()["detail"]
+    forged = h0.advert(st).model_copy(update={"signature": b64e(bytes(64))})
+    assert "signature" in h0.send("keys", st, forged, status=422).json()["detail"]
+    other = proto.make_advert(RoundRef(study_id="sec", round=1, attempt=2), "h0", h0.identity,
+                              h0.secrets[1])
+    assert "open attempt is sec/1/1" in h0.send("keys", st, other, status=409).json()["detail"]
+    stolen = hs[1].advert(st)  # another member's advert, re-sent by h0
+    assert "signature" in h0.send("keys", st, stolen, status=422).json()["detail"]
+    posing = proto.make_advert(h0.ref(st), "h1", h0.identity, h0.secrets[1])
+    assert "names 'h1' but was sent by 'h0'" in h0.send("keys", st, posing, 409).json()["detail"]
+    h0.send("keys", st, h0.advert(st))
+    h0.send("keys", st, h0.advert(st))  # the same bytes again: an idempotent retry
+    fresh = proto.make_advert(h0.ref(st), "h0", h0.identity, proto.RoundSecrets.generate())
+    assert "different advert" in h0.send("keys", st, fresh, status=409).json()["detail"]
+    for h in hs[1:]:
+        h.send("keys", h.state(), h.advert(h.state()))
+    assert "phase 'masking'" in h0.send("keys", st, h0.advert(st), status=409).json()["detail"]
+
+
+def test_identity_keys_are_set_once_and_independent_routes_refuse_secure_studies(
+    client, cohort, coord_kit
+):
+    env, hs = cohort()
+    h0 = hs[0]
+    assert h0.post("/v1/me/identity-key", {"public_key": h0.pub}).status_code == 200
+    other = b64e(proto.raw_public(Ed25519PrivateKey.generate()))
+    r = h0.post("/v1/me/identity-key", {"public_key": other})
+    assert r.status_code == 409 and "another identity key" in r.json()["detail"]
+    body, _, _ = coord_kit.release(env.signed.model_dump(), np.random.default_rng(0))
+    r = h0.post("/v1/studies/sec/contributions", body)
+    assert r.status_code == 409 and "secure aggregation" in r.json()["detail"]
+    _open(client)
+    r = client.post("/v1/studies/sec/rounds", headers=ADMIN)
+    assert r.status_code == 409 and "still open" in r.json()["detail"]
+
+
+def test_a_round_needs_enough_registered_members(client, make_participant, coord_kit):
+    spec = coord_kit.study_spec("sec", n_tables=5)
+    spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
+                           "max_colluders": 1}
+    assert client.post("/v1/studies", json=spec, headers=ADMIN).status_code == 201
+    r = client.post("/v1/studies/sec/rounds", headers=ADMIN)
+    assert r.status_code == 409 and "at least 3" in r.json()["detail"]
+    client.post("/v1/studies", json=coord_kit.study_spec("ind", n_tables=5), headers=ADMIN)
+    r = client.post("/v1/studies/ind/rounds", headers=ADMIN)
+    assert r.status_code == 409 and "independent noise" in r.json()["detail"]
+
+
+def test_dashboard_lists_each_round_attempt(client, cohort, app):
+    from coordinator.dashboard import dashboard_page
+
+    env, hs = cohort()
+    _open(client)
+    for h in hs:
+        h.send("keys", h.state(), h.advert(h.state()))
+    for h in hs[:3]:
+        h.send("masked", h.state(), h.masked(h.state(), env))
+    client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    with app.state.sessionmaker() as session:
+        html = dashboard_page(session, "k")
+    assert '<tr data-round="sec/1/1"><td>sec</td><td class="num">1</td><td class="num">1</td>' \
+           "<td>secure</td><td>restarted</td>" in html
+    assert '<td class="num" data-field="cohort">4</td>' in html
+    assert 'data-round="sec/1/2"' in html and "<td>keys</td>" in html

@@ -1,0 +1,176 @@
+"""Secure aggregation with real participant processes and a real coordinator process.
+
+Dropouts are triggered on observed progress: a participant is SIGKILLed once the coordinator
+has recorded its masked vector, or started with ``--stop-after`` so that it leaves right after
+the coordinator accepted that message; the test waits for the coordinator to record the
+others' messages before it declares the lost ones (``advance``). Nothing depends on a timer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.encoding import decode_counts
+
+EXE = str(Path(sys.executable).with_name("fedod-participant"))
+FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]
+SECURE = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1, "max_colluders": 1}
+
+
+def cli(state: Path, *args: str) -> list[str]:
+    return [EXE, "--state", str(state), "--no-progress", *args]
+
+
+class Cohort:
+    def __init__(self, coord, tmp_path: Path, study: str, n: int = 4) -> None:
+        self.coord, self.study = coord, study
+        self.names = [f"{study}-h{i}" for i in range(n)]
+        tokens = [coord.new_participant(name, "10") for name in self.names]
+        coord.new_study(study, FEATURES, members=self.names, lsh={"n_tables": 10},
+                        privacy={"epsilon_lsh": "0.5"}, aggregation=SECURE)
+        self.states, self.data = {}, {}
+        rng = np.random.default_rng(abs(hash(study)) % 2**32)
+        enrolling = []
+        for name, token in zip(self.names, tokens, strict=True):
+            state, data = tmp_path / name, tmp_path / f"{name}.csv"
+            (tmp_path / f"{name}.token").write_text(token)
+            X = rng.uniform(0, 1, size=(int(rng.integers(80, 200)), 4))
+            data.write_text("x0,x1,x2,x3\n" + "\n".join(",".join(f"{v:.5f}" for v in r)
+                                                        for r in X) + "\n")
+            enrolling.append(subprocess.Popen(
+                cli(state, "enrol", "--coordinator", coord.url, "--fingerprint",
+                    coord.fingerprint(), "--token-file", str(tmp_path / f"{name}.token"),
+                    "--epsilon-cap", "10"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            self.states[name], self.data[name] = state, data
+        for proc in enrolling:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out
+        coord.admin("POST", f"/v1/studies/{study}/rounds")
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, *extra: str) -> None:
+        self.procs[name] = subprocess.Popen(
+            cli(self.states[name], "round", self.study, str(self.data[name]), "--json", *extra),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(self, name: str) -> tuple[int, str]:
+        out, err = self.procs[name].communicate(timeout=180)
+        return self.procs[name].returncode, out + err
+
+    def rounds(self) -> list[dict]:
+        return self.coord.admin("GET", f"/v1/studies/{self.study}/rounds")
+
+    def wait_for(self, predicate, what: str) -> dict:
+        deadline = time.monotonic() + 180  # a hang guard only: the test waits on progress
+        while time.monotonic() < deadline:
+            current = self.rounds()[-1]
+            if predicate(current):
+                return current
+            time.sleep(0.1)
+        raise AssertionError(f"never saw {what}: {self.rounds()}")
+
+    def noisy(self, name: str) -> np.ndarray:
+        files = list((self.states[name] / "studies" / self.study / "rounds").glob("*/noisy.npy"))
+        assert len(files) == 1
+        return np.load(files[0])
+
+    def model(self) -> tuple[dict, np.ndarray]:
+        doc = self.coord.admin("GET", f"/v1/studies/{self.study}/model")
+        from common.encoding import EncodedCounts
+
+        enc = EncodedCounts.model_validate(doc["lsh"])
+        return doc, decode_counts(enc, expected_cells=enc.n_cells)[1]
+
+    def spent(self, name: str) -> str:
+        return self.coord.budget(name)["epsilon_spent"]
+
+
+@pytest.fixture
+def cohort(participant_coordinator, tmp_path):
+    made = []
+
+    def make(study: str) -> Cohort:
+        made.append(Cohort(participant_coordinator, tmp_path, study))
+        return made[-1]
+
+    yield make
+    for c in made:
+        for proc in c.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
+    """SIGKILL a member once the coordinator holds its masked vector; the others recover its
+    self mask from their shares. A member that left after its keys resumes from its state
+    directory (same round keys, so the roster still carries its advert)."""
+    c = cohort("sa-after")
+    late, victim = c.names[3], c.names[0]
+    c.start(late, "--stop-after", "keys")
+    assert c.finish(late)[0] == 0
+    for name in c.names[:3]:
+        c.start(name)
+    c.wait_for(lambda r: r["status"] == "masking" and r["masked"] == 3, "3 masked vectors")
+    c.procs[victim].kill()  # its vector is recorded; it never answers the unmask request
+    c.procs[victim].wait()
+    c.start(late)  # resumes: posts its masked vector with the keys it stored
+    c.wait_for(lambda r: r["status"] == "unmask" and r["survivors"] == 3, "3 unmask answers")
+    assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["status"] == "done"
+    for name in c.names[1:]:
+        code, out = c.finish(name)
+        assert code == 0, out
+        assert json.loads(out.splitlines()[0])["cohort"] == 4
+    doc, total = c.model()
+    np.testing.assert_array_equal(total, sum(c.noisy(n) for n in c.names))
+    assert doc["contributors"] == 4
+    assert [c.spent(n) for n in c.names] == ["0.5"] * 4
+    assert not (c.states[victim] / "studies" / c.study / "rounds" / "1" / "unmasked").exists()
+    c.start(victim)  # back after the round: nothing left to do, nothing sent twice
+    code, out = c.finish(victim)
+    assert code == 0 and json.loads(out.splitlines()[0])["survivors"] == 3, out
+
+
+def test_member_lost_before_masking_restarts_the_round_without_it(cohort):
+    c = cohort("sa-before")
+    lost = c.names[0]
+    c.start(lost, "--stop-after", "keys")
+    assert c.finish(lost)[0] == 0
+    for name in c.names[1:]:
+        c.start(name)
+    c.wait_for(lambda r: r["status"] == "masking" and r["masked"] == 3, "3 masked vectors")
+    assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["attempt"] == 2
+    for name in c.names[1:]:
+        code, out = c.finish(name)
+        assert code == 0, out
+        assert json.loads(out.splitlines()[0])["attempt"] == 2
+    rounds = c.rounds()
+    assert [(r["attempt"], r["status"], r["cohort"]) for r in rounds] == [
+        (1, "restarted", 4), (2, "done", 3)]
+    _, total = c.model()
+    np.testing.assert_array_equal(total, sum(c.noisy(n) for n in c.names[1:]))
+    assert [c.spent(n) for n in c.names] == ["0", "0.5", "0.5", "0.5"]  # charged once
+
+
+def test_too_many_lost_abandons_and_reveals_nothing(cohort):
+    c = cohort("sa-abandon")
+    for name in c.names[:2]:
+        c.start(name, "--stop-after", "keys")
+        assert c.finish(name)[0] == 0
+    for name in c.names[2:]:
+        c.start(name)
+    c.wait_for(lambda r: r["status"] == "masking" and r["masked"] == 2, "2 masked vectors")
+    doc = c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")
+    assert doc["status"] == "abandoned"  # 2 survivors < n - D = 3 (h_min 2 never undercut)
+    for name in c.names[2:]:
+        code, out = c.finish(name)
+        assert code == 7 and "abandoned" in out, out
+    model, _ = c.model()
+    assert model["version"] == 0
