@@ -12,6 +12,7 @@ import pytest
 
 from common.noise import choose_tables
 from coordinator.cli import EXIT_OK, main
+from coordinator.keys import KeyStore
 
 
 @pytest.fixture
@@ -20,6 +21,7 @@ def env(monkeypatch, tmp_path):
     monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
     monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
     assert main(["migrate"]) == EXIT_OK
+    KeyStore(tmp_path / "signing_key.pem").ensure()  # as `serve` does on its first start
     return tmp_path
 
 

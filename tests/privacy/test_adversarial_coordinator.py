@@ -55,7 +55,7 @@ class Seen:
 
 
 class AdversaryCoordinator:
-    """Serves /v1/key and the current signed config; records every request with its time."""
+    """Serves /v1/key, /v1/me and the current signed config; records each release with its time."""
 
     def __init__(self) -> None:
         self.key = generate_key()
@@ -82,12 +82,19 @@ class AdversaryCoordinator:
                 if self.path == "/v1/key":
                     return self._answer(200, {"key_id": key_fingerprint(coordinator.key),
                                               "public_key_pem": public_key_pem(coordinator.key)})
+                if self.path == "/v1/me":  # enrol checks the credential; a release the budget
+                    return self._answer(200, {
+                        "epsilon_cap": "1000", "delta_cap": "0.5", "epsilon_spent": "0",
+                        "delta_spent": "0", "epsilon_remaining": "1000",
+                        "delta_remaining": "0.5"})
                 who.config_at = time.monotonic()
                 return self._answer(200, coordinator.signed)
 
             def do_POST(self):  # noqa: N802
                 at = time.monotonic()
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/me/identity-key":  # enrol registers it; not a release
+                    return self._answer(200, {})
                 who = coordinator.seen.setdefault(self.headers.get("Authorization", ""), Seen())
                 who.posts.append((at, body))
                 return self._answer(201, {"id": len(who.posts), "model_version": 1})
