@@ -25,6 +25,11 @@ def run_cli(state: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def releases(proxy) -> list:
+    """The contribution POSTs the proxy saw (enrol also POSTs the identity key)."""
+    return [r for r in proxy.requests if r[:2] == ("POST", "/v1/studies/dask-cli/contributions")]
+
+
 def write_dataset(folder: Path) -> None:
     folder.mkdir()
     rng = np.random.default_rng(11)
@@ -55,14 +60,22 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     bad = table.set_column(2, "bp", pa.array(bp))
     pq.write_table(bad, data / "part-1.parquet")
     cols = ["--id-column", "pid"]
-    single = run_cli(state, "contribute", "dask-cli", str(data / "part-1.parquet"), *cols)
-    local = run_cli(state, "contribute", "dask-cli", str(data), *cols)
-    dask = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask")
+    single = run_cli(state, "check-data", "dask-cli", str(data / "part-1.parquet"), *cols)
+    local = run_cli(state, "check-data", "dask-cli", str(data), *cols)
+    dask = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask")
     assert single.returncode == local.returncode == dask.returncode == 3, dask.stderr
     error = single.stderr.strip().splitlines()[-1]
     assert "column 'bp': missing values (NaN); first bad rows: 17 (nan), 201 (nan)" in error
     assert dask.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1] == error
-    assert not [r for r in recording_proxy.requests if r[0] == "POST"]
+    assert not releases(recording_proxy)
+    # A release that read the data is charged whatever the data: on Dask too, a malformed
+    # partition sends a noise-only substitute (exit 3, the reason only locally).
+    bad_release = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
+                          "--send-slot", "0")
+    assert bad_release.returncode == 3, bad_release.stderr
+    assert "a noise-only release was sent in its place" in bad_release.stderr
+    assert "missing values (NaN)" in bad_release.stderr
+    assert len(releases(recording_proxy)) == 1
 
     pq.write_table(table, data / "part-1.parquet")
     checked = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask",
@@ -70,14 +83,14 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout)["rows"] == sum(SIZES)
     sent = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
-                   "--json")
+                   "--send-slot", "0", "--json")
     assert sent.returncode == 0, sent.stderr
-    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 1.5
-    posts = [json.loads(b) for m, _, _, b in recording_proxy.requests if m == "POST"]
-    assert len(posts) == 1 and set(posts[0]) == {"idempotency_key", "config_version",
+    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 3  # the substitute and this one
+    posts = [json.loads(r[3]) for r in releases(recording_proxy)]
+    assert len(posts) == 2 and set(posts[1]) == {"idempotency_key", "config_version",
                                                  "config_digest", "epsilon", "delta", "lsh",
                                                  "grid"}
-    assert EncodedCounts.model_validate(posts[0]["grid"]).layout == "dense"
+    assert EncodedCounts.model_validate(posts[1]["grid"]).layout == "dense"
 
     out = tmp_path / "scores.parquet"
     scored = run_cli(state, "score", "dask-cli", str(data), *cols, "--engine", "dask",
