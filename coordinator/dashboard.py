@@ -199,8 +199,9 @@ def dashboard_page(session: Session, key_id: str, warn: Decimal = Decimal("0.8")
                        _study_rows(session), "No studies yet."),
         refused=_refusals_table(session),
         releases=_charges_table(charges[:25]),
+        rounds=rounds_section(session),
     )
-    return page("Privacy budget", body + rounds_section(session))
+    return page("Privacy budget", body)
 
 
 def participant_page(session: Session, key_id: str, name: str,

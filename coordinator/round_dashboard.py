@@ -29,8 +29,9 @@ def rounds_section(session: Session) -> str:
         '<tr><td colspan="9" class="empty">No secure aggregation rounds yet.</td></tr>'
     )
     return (
-        '<section><h2>Secure aggregation rounds</h2><table id="rounds"><thead><tr>'
+        '<section><h2>Secure aggregation rounds</h2><div class="scroll"><table id="rounds">'
+        "<thead><tr>"
         "<th>Study</th><th>Round</th><th>Attempt</th><th>Mode</th><th>Status</th>"
         "<th>Cohort</th><th>Masked</th><th>Survivors</th><th>Detail</th></tr></thead>"
-        f"<tbody>{body}</tbody></table></section>"
+        f"<tbody>{body}</tbody></table></div></section>"
     )

@@ -84,9 +84,9 @@ def test_a_killed_worker_is_retried_and_the_release_is_drawn_once(
     draws = []
     real_noise = rel.noisy_releases
 
-    def counted(config, exact):
+    def counted(config, exact, rows_per_id=None):
         draws.append(exact)
-        return real_noise(config, exact)
+        return real_noise(config, exact, rows_per_id)
 
     monkeypatch.setattr(rel, "noisy_releases", counted)
     with Client(cluster) as client:
