@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 N_PARTICIPANTS = 20
 CAP = "5"  # 10 releases at epsilon 0.5
 RELEASES_EACH = 12  # 2 of them over budget
+KILL_AFTER = 10  # acknowledged answers before the SIGKILL
 
 
 def setup_federation(server, coord_kit, n=N_PARTICIPANTS):
@@ -139,6 +140,7 @@ def test_sigkill_mid_stream_leaves_no_half_writes(coordinator_server, fresh_post
     jobs = [(t, *coord_kit.release(signed, rng)[:2]) for t in tokens.values() for _ in range(8)]
     acknowledged, unknown = {}, []
     lock = threading.Lock()
+    killed = threading.Event()
     client = httpx.Client(base_url=server.url, timeout=10)
 
     def send(job):
@@ -152,14 +154,16 @@ def test_sigkill_mid_stream_leaves_no_half_writes(coordinator_server, fresh_post
         with lock:
             (acknowledged.__setitem__(body["idempotency_key"], lsh) if ok
              else unknown.append(job))
+            # the kill is triggered by observed progress (KILL_AFTER answers counted), never
+            # by a timer: at least len(jobs) - KILL_AFTER - 16 requests are still unsent then
+            if len(acknowledged) == KILL_AFTER and not killed.is_set():
+                killed.set()
+                server.kill()
 
-    killer = threading.Timer(0.6, server.kill)
-    killer.start()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(send, jobs))
-    killer.join()
     client.close()
-    assert unknown, "the kill came too late to interrupt anything"
+    assert killed.is_set() and len(unknown) >= len(jobs) - KILL_AFTER - 16, len(unknown)
     server.start()
     check_invariants(server, fresh_postgres_url, acknowledged)
     with httpx.Client(base_url=server.url, timeout=30) as c:
