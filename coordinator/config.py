@@ -121,4 +121,11 @@ def describe_settings_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-settings = Settings()
+
+def __getattr__(name: str) -> Settings:
+    """``coordinator.config.settings``: the environment's settings, read on first use."""
+    if name == "settings":
+        global settings
+        settings = Settings()
+        return settings
+    raise AttributeError(name)
