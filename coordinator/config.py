@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     )
     retry_after_s: int = Field(default=5, ge=1, description="Retry-After of a 503")
     limit_concurrency: int = Field(
-        default=1000, ge=1, description="connections + requests per worker before 503"
+        default=2048, ge=1, description="connections + requests per worker before 503"
     )
     header_timeout_s: float = Field(default=10.0, gt=0, description="to send request headers")
     body_timeout_s: float = Field(default=30.0, gt=0, description="between two body chunks")
@@ -123,9 +123,12 @@ def describe_settings_error(exc: ValidationError) -> str:
 
 
 def __getattr__(name: str) -> Settings:
-    """``coordinator.config.settings``: the environment's settings, read on first use."""
+    """``coordinator.config.settings``: the environment's settings, read on first use.
+
+    Lazy so that importing this module never fails (and never echoes a rejected value).
+    """
     if name == "settings":
-        global settings
-        settings = Settings()
-        return settings
+        value = Settings()
+        globals()["settings"] = value
+        return value
     raise AttributeError(name)

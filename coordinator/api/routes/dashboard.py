@@ -65,9 +65,9 @@ def login(
     wait = throttle.retry_after(client)
     if wait:
         page = login_page(f"Too many failed attempts; try again in {wait} s.")
-        response = _html(page, status.HTTP_429_TOO_MANY_REQUESTS)
-        response.headers["Retry-After"] = str(wait)
-        return response
+        throttled = _html(page, status.HTTP_429_TOO_MANY_REQUESTS)
+        throttled.headers["Retry-After"] = str(wait)
+        return throttled
     if not is_admin_token(settings, token):
         throttle.failed(client)
         return _html(login_page("That is not the admin token."), status.HTTP_401_UNAUTHORIZED)
