@@ -9,6 +9,7 @@ Nothing here asserts a duration: timeouts are configured small, clients wait gen
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import selectors
@@ -19,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -99,7 +101,7 @@ def _children(pid: int) -> list[int]:
     found = []
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
-            fields = open(stat).read().rsplit(")", 1)[1].split()
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[1]) == pid:
@@ -110,10 +112,8 @@ def _children(pid: int) -> list[int]:
 def signal_server(pid: int, sig: int) -> None:
     """Signal the postmaster and every backend (each backend has its own session)."""
     for target in [pid, *_children(pid)]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(target, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _as_postgres_user() -> dict:
@@ -153,7 +153,7 @@ def own_postgres():
     ready = [f"{bin_dir}/pg_isready", "-h", "127.0.0.1", "-p", str(port), "-t", "10"]
     try:
         while subprocess.run(ready, capture_output=True, timeout=60).returncode != 0:
-            assert proc.poll() is None, open(os.path.join(root, "pg.log")).read()
+            assert proc.poll() is None, Path(root, "pg.log").read_text()
             time.sleep(0.2)  # polling for the server to come up, not a timing assertion
         yield proc, f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     finally:
@@ -170,7 +170,8 @@ def test_frozen_database_answers_503_and_recovers(coordinator_server, own_postgr
     server = coordinator_server(url, workers=2)
     admin = {"Authorization": f"Bearer {server.admin_token}"}
     with httpx.Client(base_url=server.url, headers=admin, timeout=60) as c:
-        assert c.post("/v1/participants", json={"name": "h1", "epsilon_cap": "1"}).status_code == 201
+        r = c.post("/v1/participants", json={"name": "h1", "epsilon_cap": "1"})
+        assert r.status_code == 201, r.text
         signal_server(pg.pid, signal.SIGSTOP)
         try:
             with ThreadPoolExecutor(60) as pool:  # more API calls than the worker has threads
