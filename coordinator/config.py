@@ -67,7 +67,9 @@ class Settings(BaseSettings):
     )
     header_timeout_s: float = Field(default=10.0, gt=0, description="to send request headers")
     body_timeout_s: float = Field(default=30.0, gt=0, description="between two body chunks")
-    keep_alive_timeout_s: float = Field(default=5.0, gt=0, description="idle keep-alive")
+    keep_alive_timeout_s: float = Field(
+        default=20.0, gt=0, description="idle keep-alive; above clients' own (httpx: 5 s)"
+    )
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)
     forwarded_allow_ips: str = Field(
         default="127.0.0.1", description="proxies whose X-Forwarded-* headers are trusted"

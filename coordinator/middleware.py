@@ -161,7 +161,7 @@ class TimeoutMiddleware:
             return
         state.started = state.abandoned = True
         task.add_done_callback(_consume)
-        detail = "the database did not answer in time; retry later"
+        detail = "the request did not finish in time (it may still complete); retry later"
         await reply(send, 503, detail, {"retry-after": self.retry_after, "connection": "close"})
 
 

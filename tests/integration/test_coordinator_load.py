@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 
 import httpx
 import numpy as np
 import pytest
 from test_coordinator_concurrency import CAP, check_invariants, setup_federation
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("FEDOD_LOAD_TEST") != "1",
-        reason="1-5 min on 2 cores: run with FEDOD_LOAD_TEST=1",
-    ),
-]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 CLIENTS = 500
 PARTICIPANTS = 40
 RELEASES_EACH = 12  # 10 fit the cap, 2 are over budget
@@ -92,10 +84,11 @@ def test_500_concurrent_clients_no_500_no_reset(coordinator_server, fresh_postgr
     for kind in ("participant", "study"):
         codes = collections.Counter(s for k, _, s, _, _ in results if k == kind)
         assert codes == {201: 1, 409: 19}, (kind, codes)
-    accepted = {b["idempotency_key"]: extra[1] for k, b, s, _, extra in results
-                if k == "release" and s == 201}
-    per = collections.Counter(extra[0] for k, _, s, _, extra in results
-                              if k == "release" and s == 201)
+    # a key is accepted once its final answer is 201 or 200: a 503 past the request deadline
+    # may have been stored by the abandoned handler, and its retry is then a replay (200)
+    accepted = {b["idempotency_key"]: extra for k, b, s, _, extra in results
+                if k == "release" and s in (200, 201)}
+    per = collections.Counter(name for name, _ in accepted.values())
     refusals = collections.Counter(d["detail"][:60] for k, _, s, d, _ in results
                                    if k == "release" and s == 409)
     assert set(per.values()) == {10} and len(per) == PARTICIPANTS, (per, refusals)
@@ -103,7 +96,8 @@ def test_500_concurrent_clients_no_500_no_reset(coordinator_server, fresh_postgr
     for k, b, s, doc, _ in results:
         if k == "release" and s in (200, 201):
             assert ids.setdefault(b["idempotency_key"], doc["id"]) == doc["id"]
-    stored = check_invariants(server, fresh_postgres_url, accepted)
+    stored = check_invariants(server, fresh_postgres_url,
+                              {key: lsh for key, (_, lsh) in accepted.items()})
     assert set(stored) == set(accepted)  # one charge per key, nothing else stored
     members = []
     with httpx.Client(base_url=server.url, headers=admin, timeout=60) as c:
