@@ -106,14 +106,13 @@ def race(n, make):
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # SQLite serialises writers
 def test_concurrent_creation_answers_conflict_not_500(app, coord_kit):
     from common.budget import PrivacyBudget
     from common.schemas import StudyCreate
     from coordinator.services.participants import create_participant
     from coordinator.services.studies import add_member, create_study
 
-    if app.state.engine.dialect.name != "postgresql":
-        pytest.skip("SQLite serialises writers; the race needs PostgreSQL")
     factory = app.state.sessionmaker
 
     def participant():
