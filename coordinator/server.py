@@ -10,6 +10,7 @@ connections are closed by uvicorn's own ``--timeout-keep-alive``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import h11
@@ -66,7 +67,8 @@ def raise_file_limit(needed: int) -> int:
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        with contextlib.suppress(ValueError, OSError):  # e.g. an unlimited hard limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit != resource.RLIM_INFINITY and limit < needed:
         raise ValueError(

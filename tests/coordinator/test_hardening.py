@@ -179,3 +179,15 @@ def test_connection_budget_refuses_pools_past_max_connections(postgres_url):
     assert "PostgreSQL allows" in check_connection_budget(postgres_url, 4, 6, 10)
     with pytest.raises(ValueError, match="too many database connections: 4 worker"):
         check_connection_budget(postgres_url, 4, 31, 10)
+
+
+def test_serve_refuses_a_concurrency_limit_past_the_open_files_limit():
+    import resource
+
+    from coordinator.server import raise_file_limit
+
+    limit = raise_file_limit(64)
+    assert limit == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit != resource.RLIM_INFINITY:
+        with pytest.raises(ValueError, match="FEDOD_LIMIT_CONCURRENCY needs about"):
+            raise_file_limit(limit + 1)
