@@ -1,36 +1,107 @@
-"""The dashboard's login session: an HMAC-signed, expiring cookie derived from the admin token.
+"""The dashboard's login sessions (server-side, revocable) and the login throttle.
 
-No server-side state; changing ``FEDOD_ADMIN_TOKEN`` invalidates every session.
+The cookie holds a random session id; the database keeps only an HMAC of it (keyed by the
+admin token) with its expiry. Logout deletes the row, so a copied cookie stops working at
+once; changing ``FEDOD_ADMIN_TOKEN`` changes every HMAC and so ends every session.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+import threading
 import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from sqlalchemy import String, delete, select
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from coordinator.models import Base, UTCDateTime, utcnow
 
 COOKIE_NAME = "fedod_admin"
 
 
-def _mac(admin_token: str, expires: int) -> str:
+class AdminSession(Base):
+    """A signed-in dashboard session: the HMAC of its cookie and when it expires."""
+
+    __tablename__ = "admin_sessions"
+
+    id_mac: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+def _mac(admin_token: str, session_id: str) -> str:
     key = hashlib.sha256(b"fedod-admin-session\x00" + admin_token.encode()).digest()
-    return hmac.new(key, f"admin|{expires}".encode(), hashlib.sha256).hexdigest()
+    return hmac.new(key, session_id.encode(), hashlib.sha256).hexdigest()
 
 
-def issue(admin_token: str, max_age_s: int, now: float | None = None) -> str:
-    """A cookie value valid for ``max_age_s`` seconds."""
-    expires = int((now if now is not None else time.time()) + max_age_s)
-    return f"{expires}.{_mac(admin_token, expires)}"
+def issue(session: Session, admin_token: str, max_age_s: int) -> str:
+    """Store a new session valid for ``max_age_s`` seconds; return the cookie value."""
+    session_id = secrets.token_urlsafe(32)
+    now = utcnow()
+    session.execute(delete(AdminSession).where(AdminSession.expires_at < now))
+    session.add(
+        AdminSession(
+            id_mac=_mac(admin_token, session_id),
+            created_at=now,
+            expires_at=now + timedelta(seconds=max_age_s),
+        )
+    )
+    session.commit()
+    return session_id
 
 
-def verify(admin_token: str | None, value: str | None, now: float | None = None) -> bool:
-    """True for an unexpired cookie signed with the current admin token."""
-    if not admin_token or not value or "." not in value:
+def verify(session: Session, admin_token: str | None, value: str | None) -> bool:
+    """True for the cookie of a stored, unexpired session under the current admin token."""
+    if not admin_token or not value or len(value) > 128:
         return False
-    expires_text, mac = value.split(".", 1)
-    if not expires_text.isdigit():
-        return False
-    expires = int(expires_text)
-    if expires < (now if now is not None else time.time()):
-        return False
-    return hmac.compare_digest(mac, _mac(admin_token, expires))
+    expires = session.scalar(
+        select(AdminSession.expires_at).where(AdminSession.id_mac == _mac(admin_token, value))
+    )
+    return expires is not None and expires > utcnow()
+
+
+def revoke(session: Session, admin_token: str | None, value: str | None) -> None:
+    """End the session of this cookie (a copy of it stops working too)."""
+    if admin_token and value and len(value) <= 128:
+        session.execute(delete(AdminSession).where(AdminSession.id_mac == _mac(admin_token, value)))
+        session.commit()
+
+
+class LoginThrottle:
+    """At most ``limit`` failed logins per client address in any ``window_s`` seconds.
+
+    In memory, per worker process (so N workers allow N x limit at most).
+    """
+
+    def __init__(
+        self, limit: int, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limit, self.window_s, self.clock = limit, window_s, clock
+        self._failures: defaultdict[str, deque[float]] = defaultdict(deque)
+        self._lock = threading.Lock()
+
+    def _recent(self, client: str) -> deque[float]:
+        times = self._failures[client]
+        while times and times[0] <= self.clock() - self.window_s:
+            times.popleft()
+        return times
+
+    def retry_after(self, client: str) -> int:
+        """Seconds until ``client`` may try again (0: now)."""
+        with self._lock:
+            times = self._recent(client)
+            if len(times) < self.limit:
+                if not times:
+                    self._failures.pop(client, None)
+                return 0
+            return max(1, int(times[0] + self.window_s - self.clock()) + 1)
+
+    def failed(self, client: str) -> None:
+        """Count one failed attempt of ``client``."""
+        with self._lock:
+            self._recent(client).append(self.clock())

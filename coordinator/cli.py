@@ -56,38 +56,54 @@ def _print(obj: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.db import create_sqlite_file
     from coordinator.deployment import describe_url, upgrade_schema
 
+    if settings.resolved_database_url.startswith("sqlite"):
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        create_sqlite_file(settings.resolved_database_url)
     change = upgrade_schema(settings)
     print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.db import check_connection_budget
+    from coordinator.metrics import remove_stale_dirs
+    from coordinator.server import raise_file_limit, run, uvicorn_options
+
     if not settings.admin_token:
         print("error: FEDOD_ADMIN_TOKEN must be set to serve", file=sys.stderr)
         return EXIT_CONFIG
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        files = raise_file_limit(settings.limit_concurrency + 64 + 4 * settings.db_pool_size)
+        budget = check_connection_budget(
+            settings.resolved_database_url,
+            args.workers,
+            settings.connections_per_worker,
+            settings.db_reserved_connections,
+        )
+    except ValueError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     cmd_migrate(args, settings)
     _keys(settings).ensure()
+    for stale in remove_stale_dirs(settings.data_dir):
+        print(f"removed stale metrics folder {stale}", file=sys.stderr)
     metrics_dir = settings.data_dir / f"prometheus-{os.getpid()}"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    from coordinator import serve
-    from coordinator.logs import log_config
-
+    print(budget, file=sys.stderr)
+    print(
+        f"serving on http://{args.host}:{args.port} with {args.workers} worker(s); at most "
+        f"{settings.limit_concurrency} connections per worker (open-files limit {files}); "
+        f"proxy headers trusted from {settings.forwarded_allow_ips or 'nobody'}",
+        file=sys.stderr,
+    )
     try:
-        serve.run(
-            "coordinator.main:create_app",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_config=log_config(settings.log_level, json_lines=settings.log_json),
-            proxy_headers=True,
-            timeout_graceful_shutdown=10,
-        )
+        run("coordinator.main:create_app", **uvicorn_options(args, settings))
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return EXIT_OK
@@ -346,13 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy.exc import OperationalError
 
     from common.errors import FedodError
+    from coordinator.config import describe_settings_error
     from coordinator.deployment import DeploymentMissing
 
     args = build_parser().parse_args(argv)
     try:
         settings = _settings()
     except ValidationError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+        print(f"configuration error: {describe_settings_error(exc)}", file=sys.stderr)
         return EXIT_CONFIG
     try:
         return int(args.func(args, settings))

@@ -3,23 +3,65 @@
 SQLite (the zero-set-up default) runs every transaction as ``BEGIN IMMEDIATE``: one writer at a
 time across all worker processes, the others wait up to the busy timeout. PostgreSQL runs at
 READ COMMITTED and the contribution path takes row locks (``SELECT ... FOR UPDATE``).
+
+Every engine hides SQL parameters in its errors (they include credential hashes). A PostgreSQL
+pool is bounded (``FEDOD_DB_POOL_SIZE`` + ``FEDOD_DB_MAX_OVERFLOW`` per worker) and waits at most
+``FEDOD_DB_TIMEOUT_S`` for a connection; ``check_connection_budget`` refuses to start workers
+whose pools together exceed what the server allows.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 
-def make_engine(url: str, *, busy_timeout_ms: int = 30_000) -> Engine:
+@dataclass(frozen=True)
+class PoolLimits:
+    """Connection limits of one worker's engine."""
+
+    size: int = 5
+    overflow: int = 0
+    timeout_s: float = 5.0
+
+
+def create_sqlite_file(url: str) -> None:
+    """Create the SQLite file owner-only (0600) before SQLite creates it world-readable."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    fd = os.open(database, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.close(fd)
+
+
+def make_engine(
+    url: str, *, busy_timeout_ms: int = 30_000, limits: PoolLimits | None = None
+) -> Engine:
     """Create an engine; SQLite gets WAL, foreign keys, a busy timeout and BEGIN IMMEDIATE."""
+    limits = limits or PoolLimits()
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return create_engine(
+            url,
+            hide_parameters=True,
+            pool_pre_ping=True,
+            pool_size=limits.size,
+            max_overflow=limits.overflow,
+            pool_timeout=limits.timeout_s,
+            connect_args=_connect_args(url, limits.timeout_s),
+        )
+    create_sqlite_file(url)
     engine = create_engine(
-        url, connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False}
+        url,
+        hide_parameters=True,
+        connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False},
     )
 
     @event.listens_for(engine, "connect")
@@ -39,6 +81,22 @@ def make_engine(url: str, *, busy_timeout_ms: int = 30_000) -> Engine:
     return engine
 
 
+def _connect_args(url: str, timeout_s: float) -> dict[str, object]:
+    """libpq's connect timeout (whole seconds, at least 2) for PostgreSQL URLs."""
+    if url.startswith("postgresql"):
+        return {"connect_timeout": max(2, math.ceil(timeout_s))}
+    return {}
+
+
+def make_probe_engine(url: str, timeout_s: float) -> Engine:
+    """A pool-less engine for the readiness probe: one short connection per check."""
+    if url.startswith("sqlite"):
+        return make_engine(url)
+    return create_engine(
+        url, hide_parameters=True, poolclass=NullPool, connect_args=_connect_args(url, timeout_s)
+    )
+
+
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     """Sessions that keep loaded attributes after commit (responses are built afterwards)."""
     return sessionmaker(engine, expire_on_commit=False)
@@ -53,6 +111,36 @@ def ping(engine: Engine) -> None:
     """Raise if the database cannot answer ``SELECT 1``."""
     with engine.connect() as conn:
         conn.execute(text("SELECT 1"))
+
+
+def check_connection_budget(url: str, workers: int, per_worker: int, reserved: int) -> str:
+    """Refuse (``ValueError``) workers whose connections exceed what PostgreSQL allows.
+
+    Allowed is ``max_connections - superuser_reserved_connections - reserved``; returns a
+    one-line summary for the startup output. SQLite has no connection limit.
+    """
+    if url.startswith("sqlite"):
+        return "database: SQLite file (no connection limit)"
+    engine = create_engine(url, hide_parameters=True, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            max_conn = int(conn.execute(text("SHOW max_connections")).scalar_one())
+            su = int(conn.execute(text("SHOW superuser_reserved_connections")).scalar_one())
+    finally:
+        engine.dispose()
+    allowed = max_conn - su - reserved
+    needed = workers * per_worker
+    summary = (
+        f"{workers} worker(s) x {per_worker} connections = {needed}; PostgreSQL allows "
+        f"{allowed} (max_connections {max_conn} - {su} superuser-reserved - {reserved} "
+        "FEDOD_DB_RESERVED_CONNECTIONS)"
+    )
+    if needed > allowed:
+        raise ValueError(
+            f"too many database connections: {summary}; lower --workers, FEDOD_DB_POOL_SIZE "
+            "or FEDOD_DB_MAX_OVERFLOW, or raise max_connections on the server"
+        )
+    return "database connections: " + summary
 
 
 @contextmanager

@@ -8,8 +8,11 @@ import logging.config
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from common.errors import FedodError
+from coordinator.admin_session import LoginThrottle
 from coordinator.api.routes import (
     budget,
     contributions,
@@ -22,10 +25,10 @@ from coordinator.api.routes import (
     studies,
 )
 from coordinator.config import Settings
-from coordinator.db import make_engine, make_sessionmaker
+from coordinator.db import PoolLimits, make_engine, make_probe_engine, make_sessionmaker
 from coordinator.keys import KeyStore
 from coordinator.logs import log_config
-from coordinator.middleware import AccessLogMiddleware, BodyLimitMiddleware
+from coordinator.middleware import AccessLogMiddleware, BodyLimitMiddleware, TimeoutMiddleware
 
 log = logging.getLogger("fedod.errors")
 
@@ -48,6 +51,29 @@ async def handle_validation_error(request: Request, exc: Exception) -> JSONRespo
     return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)
 
 
+def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The database is down, frozen or every pooled connection is busy: 503, retry later."""
+    settings: Settings = request.app.state.settings
+    log.warning("database unavailable", extra={"path": request.url.path,
+                                                "error": type(exc).__name__})
+    return JSONResponse(
+        {"detail": "the database is unavailable or busy; retry later"},
+        status_code=503,
+        headers={"Retry-After": str(settings.retry_after_s)},
+    )
+
+
+async def handle_database_error(request: Request, exc: Exception) -> JSONResponse:
+    """Connection failures and pool exhaustion become 503 + ``Retry-After``; the rest 500."""
+    is_outage = isinstance(exc, OperationalError | PoolTimeout) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+    if is_outage:
+        return _unavailable(request, exc)
+    log.error("database error", extra={"path": request.url.path, "error": type(exc).__name__})
+    return JSONResponse({"detail": "internal database error"}, status_code=500)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for ``settings`` (default: the environment)."""
     if settings is None:
@@ -63,11 +89,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Federated, differentially private outlier detection: studies, "
         "participants, contributions, merged models and the epsilon ledger.",
     )
-    engine = make_engine(
-        settings.resolved_database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms
-    )
+    url = settings.resolved_database_url
+    limits = PoolLimits(settings.db_pool_size, settings.db_max_overflow, settings.db_timeout_s)
+    engine = make_engine(url, busy_timeout_ms=settings.sqlite_busy_timeout_ms, limits=limits)
     app.state.settings = settings
     app.state.engine = engine
+    app.state.probe_engine = make_probe_engine(url, settings.db_timeout_s)
+    app.state.login_throttle = LoginThrottle(settings.login_attempts_per_minute)
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.keys = KeyStore(settings.resolved_signing_key_path)
     app.state.keys.ensure()
@@ -78,6 +106,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dashboard.router)
     app.add_exception_handler(FedodError, handle_domain_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
+    app.add_exception_handler(DBAPIError, handle_database_error)
+    app.add_exception_handler(PoolTimeout, handle_database_error)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        TimeoutMiddleware,
+        body_timeout_s=settings.body_timeout_s,
+        request_timeout_s=settings.request_timeout_s,
+        retry_after_s=settings.retry_after_s,
+    )
     app.add_middleware(AccessLogMiddleware)
     return app

@@ -8,6 +8,8 @@ before the workers start, and ``/metrics`` aggregates every worker's files
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -18,6 +20,15 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The only method labels; anything else is counted as ``other``."""
+
+
+def method_label(method: str) -> str:
+    """``method`` if it is a standard one, else ``other`` (bounded label values)."""
+    return method if method in METHODS else "other"
+
 
 REQUESTS = Counter(
     "fedod_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"]
@@ -40,3 +51,28 @@ def render() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def remove_stale_dirs(data_dir: Path) -> list[Path]:
+    """Delete ``prometheus-<pid>`` folders of coordinators that are no longer running.
+
+    ``serve`` removes its own folder when it stops; one killed with SIGKILL leaves it behind.
+    """
+    removed = []
+    for path in data_dir.glob("prometheus-*"):
+        pid = path.name.removeprefix("prometheus-")
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

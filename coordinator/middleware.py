@@ -1,22 +1,35 @@
-"""ASGI middleware: request-body size limit (413 before reading) and access logs + metrics."""
+"""ASGI middleware: access log + metrics, request deadlines, body timeout and size limit.
+
+Order (outermost first): ``AccessLogMiddleware`` sees every answer, ``TimeoutMiddleware``
+drops a stalled body with 408 and answers 503 + ``Retry-After`` when a handler (usually one
+waiting for a frozen database) has not answered in time, ``BodyLimitMiddleware`` refuses
+bodies over the size limit with 413.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.metrics import LATENCY, REQUESTS
+from coordinator.metrics import LATENCY, REQUESTS, method_label
 
 log = logging.getLogger("fedod.access")
+WARN_STATUSES = frozenset({401, 403, 408, 409, 413, 429, 503})
 
 
-async def _reply(send: Send, status: int, detail: str) -> None:
+async def reply(
+    send: Send, status: int, detail: str, headers: dict[str, str] | None = None
+) -> None:
+    """Send a whole JSON ``{"detail": ...}`` response."""
     body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -42,9 +55,9 @@ class BodyLimitMiddleware:
         length = headers.get(b"content-length")
         if length is not None:
             if not length.isdigit():
-                await _reply(send, 400, "invalid Content-Length header")
+                await reply(send, 400, "invalid Content-Length header")
             elif int(length) > self.max_bytes:
-                await _reply(send, 413, self._too_large())
+                await reply(send, 413, self._too_large(), {"connection": "close"})
             else:
                 await self.app(scope, receive, send)
             return
@@ -58,7 +71,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await _reply(send, 413, self._too_large())
+                await reply(send, 413, self._too_large(), {"connection": "close"})
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -75,8 +88,94 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+@dataclass
+class _Exchange:
+    started: bool = False
+    abandoned: bool = False
+
+
+def _expects_body(scope: Scope) -> bool:
+    headers = dict(scope["headers"])
+    return headers.get(b"content-length", b"0") != b"0" or b"transfer-encoding" in headers
+
+
+def _consume(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # an abandoned handler's error has nobody left to answer
+
+
+class TimeoutMiddleware:
+    """408 for a body that stalls ``body_timeout_s``; 503 for a handler slower than the deadline.
+
+    The deadline starts once the body is in. A handler past it keeps running in its thread
+    (a thread cannot be cancelled) but its answer is dropped; the client gets 503 with
+    ``Retry-After`` and ``Connection: close``.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, body_timeout_s: float, request_timeout_s: float, retry_after_s: int
+    ) -> None:
+        self.app = app
+        self.body_timeout_s = body_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.retry_after = str(retry_after_s)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = _Exchange()
+        body_in = asyncio.Event()
+        if not _expects_body(scope):
+            body_in.set()
+
+        async def timed_receive() -> Message:
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+            except TimeoutError:
+                if not state.started:
+                    state.started = state.abandoned = True
+                    detail = f"request body stalled for {self.body_timeout_s:g} s " \
+                        "(FEDOD_BODY_TIMEOUT_S)"
+                    await reply(send, 408, detail, {"connection": "close"})
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_in.set()
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if state.abandoned:
+                return
+            if message["type"] == "http.response.start":
+                state.started = True
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, timed_receive, guarded_send))
+        body_wait = asyncio.ensure_future(body_in.wait())
+        await asyncio.wait({task, body_wait}, return_when=asyncio.FIRST_COMPLETED)
+        body_wait.cancel()
+        if not task.done():
+            await asyncio.wait({task}, timeout=self.request_timeout_s)
+        if task.done() or state.started:
+            await task
+            return
+        state.started = state.abandoned = True
+        task.add_done_callback(_consume)
+        detail = "the request did not finish in time (it may still complete); retry later"
+        await reply(send, 503, detail, {"retry-after": self.retry_after, "connection": "close"})
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "-"
+
+
 class AccessLogMiddleware:
-    """One structured log line and metric sample per request, labelled by route template."""
+    """One log line and metric sample per request, labelled by method and route template.
+
+    Labels come from fixed sets (``method_label``, the matched route or ``unmatched``), so a
+    client cannot create new series. 401/403/409 and other refusals are warnings, 5xx errors.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -99,15 +198,20 @@ class AccessLogMiddleware:
         finally:
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", "unmatched")
-            REQUESTS.labels(scope["method"], route, str(status)).inc()
-            LATENCY.labels(scope["method"], route).observe(elapsed)
-            log.info(
-                "request",
-                extra={
-                    "method": scope["method"],
-                    "path": scope["path"],
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(elapsed * 1000, 2),
-                },
+            method = method_label(scope["method"])
+            REQUESTS.labels(method, route, str(status)).inc()
+            LATENCY.labels(method, route).observe(elapsed)
+            level = (
+                logging.WARNING if status in WARN_STATUSES
+                else logging.ERROR if status >= 500
+                else logging.INFO
+            )
+            duration_ms = round(elapsed * 1000, 2)
+            client = _client(scope)
+            log.log(
+                level,
+                "%s %s %d %.2fms client=%s",
+                method, scope["path"][:200], status, duration_ms, client,
+                extra={"method": method, "path": scope["path"][:200], "route": route,
+                       "status": status, "duration_ms": duration_ms, "client": client},
             )

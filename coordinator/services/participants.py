@@ -8,6 +8,7 @@ import secrets
 from decimal import Decimal
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
@@ -60,7 +61,11 @@ def create_participant(session: Session, name: str, cap: PrivacyBudget) -> tuple
         delta_spent=0,
     )
     session.add(participant)
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError as exc:  # a concurrent request enrolled the same name first
+        session.rollback()
+        raise Conflict(f"a participant named {name!r} already exists; pick another name") from exc
     return participant, token
 
 

@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from pydantic import ValidationError
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig, new_study_config
@@ -68,11 +69,15 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
         raise InvalidInput(f"invalid study config: {exc}") from exc
     study = Study(id=body.study_id)
     _store_signature(study, config, keys)
-    session.add(study)
-    session.flush()
-    session.add(Aggregate(study_id=study.id, version=0, contributors=0))
-    session.add(AggregateSnapshot(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
-    session.commit()
+    try:
+        session.add(study)
+        session.flush()
+        session.add(Aggregate(study_id=study.id, version=0, contributors=0))
+        session.add(AggregateSnapshot(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
+        session.commit()
+    except IntegrityError as exc:  # a concurrent request created the same id first
+        session.rollback()
+        raise Conflict(f"study {body.study_id!r} already exists; pick another id") from exc
     log.info("study created", extra={"study": study.id, "lsh_cells": config.lsh_cells})
     warning = config_noise_warning(config, getattr(body, "aggregation", None))
     if warning:
@@ -123,7 +128,10 @@ def add_member(session: Session, study_id: str, participant_name: str) -> None:
         raise NotFound(f"no participant named {participant_name!r}", participant=participant_name)
     if session.get(Member, (study.id, participant.id)) is None:
         session.add(Member(study_id=study.id, participant_id=participant.id))
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError:  # a concurrent request added the same membership: already done
+        session.rollback()
 
 
 def resign_all(session: Session, keys: KeyStore) -> list[tuple[str, int]]:

@@ -1,4 +1,4 @@
-"""The admin dashboard at ``/admin``: a login form, a signed session cookie, HTML pages."""
+"""The admin dashboard at ``/admin``: a throttled login form, a revocable session, HTML pages."""
 
 from __future__ import annotations
 
@@ -39,13 +39,14 @@ def dashboard(
     session: SessionDep, settings: SettingsDep, keys: KeysDep, cookie: SessionCookie = None
 ) -> Response:
     """The budget dashboard, or a redirect to the login form."""
-    if not admin_session.verify(settings.admin_token, cookie):
+    if not admin_session.verify(session, settings.admin_token, cookie):
         return _redirect("/admin/login")
     return _html(dashboard_page(session, keys.key_id(), settings.dashboard_warn_fraction))
 
 
-def _detail(render: Callable[[], str], settings: SettingsDep, cookie: str | None) -> Response:
-    if not admin_session.verify(settings.admin_token, cookie):
+def _detail(render: Callable[[], str], session: SessionDep, settings: SettingsDep,
+            cookie: str | None) -> Response:
+    if not admin_session.verify(session, settings.admin_token, cookie):
         return _redirect("/admin/login")
     try:
         return _html(render())
@@ -62,7 +63,8 @@ def participant_detail(
 ) -> Response:
     """One participant's budget, ε over time, itemised charges and refused attempts."""
     return _detail(lambda: participant_page(session, keys.key_id(), name,
-                                            settings.dashboard_warn_fraction), settings, cookie)
+                                            settings.dashboard_warn_fraction), session, settings,
+                   cookie)
 
 
 @router.get("/studies/{study_id}")
@@ -71,7 +73,8 @@ def study_detail(
     cookie: SessionCookie = None,
 ) -> Response:
     """One study's config, contributors, ε over time per participant and charges."""
-    return _detail(lambda: study_page(session, keys.key_id(), study_id), settings, cookie)
+    return _detail(lambda: study_page(session, keys.key_id(), study_id), session, settings,
+                   cookie)
 
 
 @router.get("/login")
@@ -80,17 +83,34 @@ def login_form() -> HTMLResponse:
     return _html(login_page())
 
 
+def _throttle(request: Request) -> admin_session.LoginThrottle:
+    throttle: admin_session.LoginThrottle = request.app.state.login_throttle
+    return throttle
+
+
 @router.post("/login")
 def login(
-    request: Request, settings: SettingsDep, token: Annotated[str, Form(max_length=1024)] = ""
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    token: Annotated[str, Form(max_length=1024)] = "",
 ) -> Response:
     """Check the admin token and set the session cookie (HttpOnly, SameSite=Strict)."""
+    client = request.client.host if request.client else "-"
+    throttle = _throttle(request)
+    wait = throttle.retry_after(client)
+    if wait:
+        page = login_page(f"Too many failed attempts; try again in {wait} s.")
+        throttled = _html(page, status.HTTP_429_TOO_MANY_REQUESTS)
+        throttled.headers["Retry-After"] = str(wait)
+        return throttled
     if not is_admin_token(settings, token):
+        throttle.failed(client)
         return _html(login_page("That is not the admin token."), status.HTTP_401_UNAUTHORIZED)
     response = _redirect("/admin")
     response.set_cookie(
         admin_session.COOKIE_NAME,
-        admin_session.issue(settings.admin_token or "", settings.session_max_age_s),
+        admin_session.issue(session, settings.admin_token or "", settings.session_max_age_s),
         max_age=settings.session_max_age_s,
         path="/admin",
         httponly=True,
@@ -101,8 +121,9 @@ def login(
 
 
 @router.post("/logout")
-def logout() -> RedirectResponse:
-    """Forget the session cookie."""
+def logout(session: SessionDep, settings: SettingsDep, cookie: SessionCookie = None) -> Response:
+    """End the session on the server (copies of the cookie stop working) and drop the cookie."""
+    admin_session.revoke(session, settings.admin_token, cookie)
     response = _redirect("/admin/login")
     response.delete_cookie(admin_session.COOKIE_NAME, path="/admin")
     return response

@@ -11,14 +11,14 @@
   already-compressed or noisy bytes).
 
 Revision ID: 0003_ingest
-Revises: 0001
+Revises: 0002_hardening
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_ingest"
-down_revision = "0001"
+down_revision = "0002_hardening"
 branch_labels = None
 depends_on = None
 
