@@ -37,15 +37,14 @@ Substitution neighbours (replace one record) would double both sensitivities.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, Decimal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.budget import EPSILON_QUANTUM, PrivacyBudget
+from common.budget import PrivacyBudget
+from common.cohorts.plan import KMeansPlan, count_floor, split_epsilon
 from common.hashing import _as_bounds, _Sha256Stream
 from common.release import add_discrete_laplace
 
@@ -53,6 +52,7 @@ __all__ = [
     "KMeansPlan",
     "RoundRelease",
     "RoundStatistics",
+    "count_floor",
     "fit_federated",
     "fuse_centroids",
     "initial_centroids",
@@ -66,94 +66,6 @@ _INIT_TAG = b"fedod-kmeans-init/1\x00"
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
 
-
-@dataclass(frozen=True, eq=False)
-class KMeansPlan:
-    """The public parameters of one private k-means study (all of them signed config).
-
-    Attributes
-    ----------
-    lo, hi : (d,) float64
-        The public box; records are clipped to it.
-    k : int
-        Clusters wanted after fusion.
-    over : int, default 3
-        Fusion factor ``n``: start from ``n * k`` centroids (1: no fusion).
-    rounds : int, default 5
-        Lloyd rounds ``T``.
-    epsilon : Decimal | int | str
-        Each participant's total epsilon over the ``T`` rounds.
-    count_share : Decimal | str, default "0.2"
-        Fraction of each round's epsilon spent on the counts; the rest goes to the sums.
-    resolution_bits : int, default 12
-        Fixed-point grid of the sums: ``step = max_j max(|lo_j|, |hi_j|) / 2**bits``.
-    """
-
-    lo: Floats
-    hi: Floats
-    k: int
-    epsilon: Decimal | int | str
-    over: int = 3
-    rounds: int = 5
-    count_share: Decimal | str = "0.2"
-    resolution_bits: int = 12
-
-    def __post_init__(self) -> None:
-        lo, hi = _as_bounds(self.lo, self.hi)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-        for name, low, high in (("k", 1, 10_000), ("over", 1, 100), ("rounds", 1, 1000),
-                                ("resolution_bits", 1, 30)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-        split_epsilon(self.epsilon, self.rounds, self.count_share)
-
-    @property
-    def n_centroids(self) -> int:
-        """Centroids during the Lloyd rounds: ``over * k``."""
-        return self.over * self.k
-
-    @property
-    def step(self) -> float:
-        """Public fixed-point step of the released sums."""
-        bound = float(np.max(np.maximum(np.abs(self.lo), np.abs(self.hi))))
-        return (bound if bound > 0 else 1.0) / 2.0**self.resolution_bits
-
-    @property
-    def sum_sensitivity(self) -> int:
-        """``S``: L1 change of the integer sums when one record is added or removed."""
-        lo_u, hi_u = np.rint(self.lo / self.step), np.rint(self.hi / self.step)
-        return max(1, int(np.sum(np.maximum(np.abs(lo_u), np.abs(hi_u)))))
-
-    def budgets(self) -> tuple[tuple[Decimal, Decimal], ...]:
-        """Per round ``(eps_counts, eps_sums)``; see :func:`split_epsilon`."""
-        return split_epsilon(self.epsilon, self.rounds, self.count_share)
-
-
-def split_epsilon(epsilon: Decimal | int | str, rounds: int,
-                  count_share: Decimal | str = "0.2") -> tuple[tuple[Decimal, Decimal], ...]:
-    """Split ``epsilon`` evenly over ``rounds``, each between counts and sums.
-
-    Exact in 1e-9 units: the rounds' totals sum to ``epsilon`` exactly (the first
-    ``units % rounds`` rounds take one unit more) and ``eps_counts`` is
-    ``floor(round * count_share)`` units. Raises ``ValueError`` if any part would be zero.
-    """
-    total = PrivacyBudget(epsilon).epsilon
-    share = Decimal(str(count_share))
-    if not share.is_finite() or not 0 < share < 1:
-        raise ValueError(f"count_share must be in (0, 1), got {count_share!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
-    units = int(total / EPSILON_QUANTUM)
-    out = []
-    for r in range(rounds):
-        round_units = units // rounds + (1 if r < units % rounds else 0)
-        count_units = int((round_units * share).to_integral_value(ROUND_FLOOR))
-        if count_units < 1 or round_units - count_units < 1:
-            raise ValueError(f"epsilon {total} is too small to split over {rounds} rounds")
-        out.append((count_units * EPSILON_QUANTUM, (round_units - count_units) * EPSILON_QUANTUM))
-    return tuple(out)
 
 
 def initial_centroids(seed: bytes, n_centroids: int, lo: ArrayLike, hi: ArrayLike) -> Floats:
@@ -244,14 +156,6 @@ def release_round(stats: RoundStatistics, plan: KMeansPlan, round_index: int) ->
     return RoundRelease(sums=sums, counts=counts, cost=PrivacyBudget(eps_counts + eps_sums))
 
 
-def count_floor(plan: KMeansPlan, round_index: int, participants: int) -> float:
-    """Public floor under which a summed noisy count keeps the previous centroid:
-    twice the standard deviation of the summed count noise (``sqrt(2 p) / eps_counts``),
-    and at least 1."""
-    eps_counts = float(plan.budgets()[round_index][0])
-    return max(1.0, 2.0 * math.sqrt(2.0 * participants) / eps_counts)
-
-
 def update_centroids(releases: Sequence[RoundRelease], previous: ArrayLike, plan: KMeansPlan,
                      min_count: float) -> tuple[Floats, Floats]:
     """Coordinator's update: sum the releases; ``centroid = sum / count`` where the summed
@@ -270,16 +174,24 @@ def update_centroids(releases: Sequence[RoundRelease], previous: ArrayLike, plan
     return np.clip(new, plan.lo, plan.hi), counts
 
 
-def fuse_centroids(centroids: ArrayLike, weights: ArrayLike, k: int) -> tuple[Floats, Floats]:
+def fuse_centroids(centroids: ArrayLike, weights: ArrayLike, k: int,
+                   min_weight: float | None = None) -> tuple[Floats, Floats]:
     """Merge the closest pair of centroids, weighted by their noisy counts, until ``k`` remain.
 
     Negative noisy counts weigh 0 (a pair of weight 0 merges to its midpoint); the total of
-    the floored weights is preserved. Post-processing of released values: no privacy cost.
+    the floored weights is preserved. With ``min_weight`` (not in the paper), centroids
+    weighing at most that are first dropped, keeping at least the ``k`` heaviest: seed-drawn
+    centroids that never attracted data would otherwise survive as empty clusters.
+    Post-processing of released values: no privacy cost.
     """
     cents = [np.asarray(c, dtype=np.float64) for c in np.asarray(centroids, dtype=np.float64)]
     w = [max(float(v), 0.0) for v in np.asarray(weights, dtype=np.float64).ravel()]
     if len(w) != len(cents) or k < 1:
         raise ValueError(f"need one weight per centroid and k >= 1, got {len(w)}, {k}")
+    if min_weight is not None:
+        order = sorted(range(len(w)), key=lambda i: -w[i])
+        kept = sorted(i for rank, i in enumerate(order) if rank < k or w[i] > min_weight)
+        cents, w = [cents[i] for i in kept], [w[i] for i in kept]
     while len(cents) > k:
         stack = np.array(cents)
         dist = ((stack[:, None, :] - stack[None, :, :]) ** 2).sum(-1)
@@ -293,11 +205,12 @@ def fuse_centroids(centroids: ArrayLike, weights: ArrayLike, k: int) -> tuple[Fl
     return np.array(cents), np.array(w)
 
 
-def fit_federated(parts: Sequence[ArrayLike], plan: KMeansPlan,
-                  seed: bytes) -> tuple[Floats, Floats, PrivacyBudget]:
+def fit_federated(parts: Sequence[ArrayLike], plan: KMeansPlan, seed: bytes,
+                  prune: bool = False) -> tuple[Floats, Floats, PrivacyBudget]:
     """Simulate a study in one process: ``T`` federated rounds over ``parts`` (one array per
-    participant) then fusion to ``k``. Returns centroids, their fused noisy weights and what
-    each participant spent (the same for all)."""
+    participant) then fusion to ``k`` (``prune``: drop centroids at or under the last
+    round's count floor first). Returns centroids, their fused noisy weights and what each
+    participant spent (the same for all)."""
     cents = initial_centroids(seed, plan.n_centroids, plan.lo, plan.hi)
     counts = np.zeros(plan.n_centroids)
     spent = PrivacyBudget.zero()
@@ -306,5 +219,6 @@ def fit_federated(parts: Sequence[ArrayLike], plan: KMeansPlan,
         spent = spent + releases[0].cost
         cents, counts = update_centroids(releases, cents, plan,
                                          count_floor(plan, r, len(parts)))
-    fused, weights = fuse_centroids(cents, counts, plan.k)
+    floor = count_floor(plan, plan.rounds - 1, len(parts)) if prune else None
+    fused, weights = fuse_centroids(cents, counts, plan.k, floor)
     return fused, weights, spent
