@@ -213,3 +213,13 @@ def test_plan_rejects_bad_parameters() -> None:
         _plan(epsilon=1.0)
     with pytest.raises(ValueError, match="columns"):
         round_statistics(np.zeros((3, 2)), np.zeros((2, 3)), _plan())
+
+
+def test_pruning_drops_light_centroids_but_keeps_k() -> None:
+    cents = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [9.0, 9.0]])
+    weights = np.array([3.0, 1.0, 50.0, 2.0])
+    fused, w = fuse_centroids(cents, weights, 2, min_weight=2.5)
+    np.testing.assert_array_equal(fused, [[0.0, 0.0], [5.0, 5.0]])
+    np.testing.assert_array_equal(w, [3.0, 50.0])
+    fused, w = fuse_centroids(cents, weights, 3, min_weight=100.0)  # the 3 heaviest stay
+    np.testing.assert_array_equal(w, [3.0, 50.0, 2.0])
