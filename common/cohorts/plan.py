@@ -1,0 +1,119 @@
+"""Public parameters of a private k-means study and its exact budget split (issue 9).
+
+Everything here is public (signed config): the box, ``k``, the fusion factor, the rounds,
+each participant's epsilon and how it is split; see :mod:`common.cohorts.kmeans` for the
+mechanism and its sensitivity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from common.budget import EPSILON_QUANTUM, PrivacyBudget
+from common.hashing import _as_bounds
+
+__all__ = ["KMeansPlan", "count_floor", "split_epsilon"]
+
+Floats = NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class KMeansPlan:
+    """The public parameters of one private k-means study (all of them signed config).
+
+    Attributes
+    ----------
+    lo, hi : (d,) float64
+        The public box; records are clipped to it.
+    k : int
+        Clusters wanted after fusion.
+    over : int, default 3
+        Fusion factor ``n``: start from ``n * k`` centroids (1: no fusion).
+    rounds : int, default 5
+        Lloyd rounds ``T``.
+    epsilon : Decimal | int | str
+        Each participant's total epsilon over the ``T`` rounds.
+    count_share : Decimal | str, default "0.2"
+        Fraction of each round's epsilon spent on the counts; the rest goes to the sums.
+    resolution_bits : int, default 12
+        Fixed-point grid of the sums: ``step = max_j max(|lo_j|, |hi_j|) / 2**bits``.
+    """
+
+    lo: Floats
+    hi: Floats
+    k: int
+    epsilon: Decimal | int | str
+    over: int = 3
+    rounds: int = 5
+    count_share: Decimal | str = "0.2"
+    resolution_bits: int = 12
+
+    def __post_init__(self) -> None:
+        lo, hi = _as_bounds(self.lo, self.hi)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        for name, low, high in (("k", 1, 10_000), ("over", 1, 100), ("rounds", 1, 1000),
+                                ("resolution_bits", 1, 30)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        split_epsilon(self.epsilon, self.rounds, self.count_share)
+
+    @property
+    def n_centroids(self) -> int:
+        """Centroids during the Lloyd rounds: ``over * k``."""
+        return self.over * self.k
+
+    @property
+    def step(self) -> float:
+        """Public fixed-point step of the released sums."""
+        bound = float(np.max(np.maximum(np.abs(self.lo), np.abs(self.hi))))
+        return (bound if bound > 0 else 1.0) / 2.0**self.resolution_bits
+
+    @property
+    def sum_sensitivity(self) -> int:
+        """``S``: L1 change of the integer sums when one record is added or removed."""
+        lo_u, hi_u = np.rint(self.lo / self.step), np.rint(self.hi / self.step)
+        return max(1, int(np.sum(np.maximum(np.abs(lo_u), np.abs(hi_u)))))
+
+    def budgets(self) -> tuple[tuple[Decimal, Decimal], ...]:
+        """Per round ``(eps_counts, eps_sums)``; see :func:`split_epsilon`."""
+        return split_epsilon(self.epsilon, self.rounds, self.count_share)
+
+
+def split_epsilon(epsilon: Decimal | int | str, rounds: int,
+                  count_share: Decimal | str = "0.2") -> tuple[tuple[Decimal, Decimal], ...]:
+    """Split ``epsilon`` evenly over ``rounds``, each between counts and sums.
+
+    Exact in 1e-9 units: the rounds' totals sum to ``epsilon`` exactly (the first
+    ``units % rounds`` rounds take one unit more) and ``eps_counts`` is
+    ``floor(round * count_share)`` units. Raises ``ValueError`` if any part would be zero.
+    """
+    total = PrivacyBudget(epsilon).epsilon
+    share = Decimal(str(count_share))
+    if not share.is_finite() or not 0 < share < 1:
+        raise ValueError(f"count_share must be in (0, 1), got {count_share!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    units = int(total / EPSILON_QUANTUM)
+    out = []
+    for r in range(rounds):
+        round_units = units // rounds + (1 if r < units % rounds else 0)
+        count_units = int((round_units * share).to_integral_value(ROUND_FLOOR))
+        if count_units < 1 or round_units - count_units < 1:
+            raise ValueError(f"epsilon {total} is too small to split over {rounds} rounds")
+        out.append((count_units * EPSILON_QUANTUM, (round_units - count_units) * EPSILON_QUANTUM))
+    return tuple(out)
+
+
+def count_floor(plan: KMeansPlan, round_index: int, participants: int) -> float:
+    """Public floor under which a summed noisy count keeps the previous centroid:
+    twice the standard deviation of the summed count noise (``sqrt(2 p) / eps_counts``),
+    and at least 1."""
+    eps_counts = float(plan.budgets()[round_index][0])
+    return max(1.0, 2.0 * math.sqrt(2.0 * participants) / eps_counts)
