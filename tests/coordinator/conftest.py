@@ -108,3 +108,18 @@ def make_study(client, coord_kit):
 @pytest.fixture
 def rng():
     return np.random.default_rng(7)
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    """A coordinator deployment for admin commands: migrated SQLite in tmp_path, and the
+    signing key that `serve` creates on its first start."""
+    from coordinator.cli import EXIT_OK, main
+    from coordinator.keys import KeyStore
+
+    monkeypatch.setenv("FEDOD_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
+    monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
+    assert main(["migrate"]) == EXIT_OK
+    KeyStore(tmp_path / "signing_key.pem").ensure()
+    return tmp_path

@@ -9,17 +9,6 @@ import pytest
 from common.errors import SignatureInvalid
 from common.signing import SignedConfig, public_key_from_pem, verify_config
 from coordinator.cli import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, build_parser, main
-from coordinator.keys import KeyStore
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    monkeypatch.setenv("FEDOD_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
-    monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
-    assert main(["migrate"]) == EXIT_OK
-    KeyStore(tmp_path / "signing_key.pem").ensure()  # as `serve` does on its first start
-    return tmp_path
 
 
 def test_help_lists_every_command():

@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from coordinator.cli import EXIT_OK, EXIT_REFUSED, main
-from coordinator.keys import KeyStore
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    monkeypatch.setenv("FEDOD_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
-    monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
-    assert main(["migrate"]) == EXIT_OK
-    KeyStore(tmp_path / "signing_key.pem").ensure()  # as `serve` does on its first start
-    return tmp_path
 
 
 def test_template_reads_the_header_only_and_create_explains_placeholders(env, capsys):

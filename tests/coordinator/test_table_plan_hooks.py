@@ -8,21 +8,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from common.noise import choose_tables
 from coordinator.cli import EXIT_OK, main
-from coordinator.keys import KeyStore
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    monkeypatch.setenv("FEDOD_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv("FEDOD_DATABASE_URL", raising=False)
-    monkeypatch.delenv("FEDOD_ADMIN_TOKEN", raising=False)
-    assert main(["migrate"]) == EXIT_OK
-    KeyStore(tmp_path / "signing_key.pem").ensure()  # as `serve` does on its first start
-    return tmp_path
 
 
 def _create(env, capsys, coord_kit, study_id, aggregation, lsh=None):
