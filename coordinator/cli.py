@@ -172,7 +172,7 @@ def cmd_study_list(args: argparse.Namespace, settings: Any) -> int:
             public = study_public(session, study)
             print(
                 f"{public.study_id}\tconfig v{public.version}\tmodel v{public.model_version}"
-                f"\t{public.contributors} contributors"
+                f"\t{public.contributors} contributor{'' if public.contributors == 1 else 's'}"
             )
     return EXIT_OK
 

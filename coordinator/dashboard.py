@@ -239,7 +239,7 @@ def study_page(session: Session, key_id: str, study_id: str) -> str:
              f"release costs ε {fmt(config.release_cost().epsilon)}, δ "
              f"{fmt(config.release_cost().delta)}. Model v{aggregate.version if aggregate else 0}"
              f' from <b data-field="contributors">{aggregate.contributors if aggregate else 0}'
-             "</b> contributor(s).</p>")
+             "</b> contributing participant(s).</p>")
     body = _template("detail.html").substitute(
         header=_header(f"study {study_id}", key_id, back=True), near_cap="", facts=facts,
         chart=_chart(charges, by="participant",

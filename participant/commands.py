@@ -21,6 +21,11 @@ SETTINGS = Settings()
 DEFAULT_STATE = SETTINGS.state_dir
 
 
+def count(n: int, noun: str) -> str:
+    """``1 contributor``, ``2 contributors``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _json_value(value: Any) -> Any:
     """JSON for values json does not know: decimals as plain decimal strings ("0", "1.5",
     never "0E-18" or "1.000000000"), budgets as their two numbers, the rest as text."""
@@ -171,7 +176,7 @@ def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
                 "contributors": model.contributors, "model_version": model.version,
                 "epsilon_spent": spent.epsilon, "clipped": summary.clipped},
          f"scored {summary.rows} records -> {summary.output}; flagged {summary.flagged} "
-         f"as outliers; model v{model.version} from {model.contributors} contributor(s); "
+         f"as outliers; model v{model.version} from {count(model.contributors, 'contributor')}; "
          f"local epsilon spent so far {spent.epsilon.normalize():f}")
 
 
@@ -180,9 +185,10 @@ def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
 
     doc = run_round(agent, args, _options(args))
     what = "released a new noisy histogram" if doc["released_now"] else "already released"
-    _out(args, doc, f"{what} for {args.study}; model has {doc['contributors']} "
-                    f"contribution(s); scored {doc['rows']} records -> {doc['output']}; "
-                    f"flagged {doc['flagged']}; local epsilon spent {doc['epsilon_spent']}")
+    _out(args, doc, f"{what} for {args.study}; model has "
+                    f"{count(int(str(doc['contributors'])), 'contributor')}; scored {doc['rows']} "
+                    f"records -> {doc['output']}; flagged {doc['flagged']}; local epsilon "
+                    f"spent {doc['epsilon_spent']}")
 
 
 def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
@@ -346,7 +352,7 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--epsilon-cap", metavar="EPS", help="local epsilon cap (first run only)")
     p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
     p.add_argument("--min-contributors", type=int, default=1, metavar="N",
-                   help="wait until the model has N contributions before scoring (1)")
+                   help="wait until N participants contributed to the model before scoring (1)")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
                    help="give up waiting for contributors after S seconds (600)")
     p = add("round", "take part in the open secure-aggregation round of a study: one noisy "

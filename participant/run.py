@@ -3,7 +3,7 @@
 1. Enrol, unless the state directory already is (then the enrolment flags are ignored).
 2. Release once per config version: a pending stored release is re-sent byte for byte; if a
    release under the current config version was already acknowledged, nothing new is drawn.
-3. Wait (polling, bounded) until the global model has ``--min-contributors`` contributions.
+3. Wait (polling, bounded) until ``--min-contributors`` participants contributed to the model.
 4. Score the local records and write the score file.
 
 Rerunning after a crash at any step therefore never pays twice.
@@ -30,7 +30,7 @@ def released_under(agent: Agent, study: str, version: int) -> bool:
 
 
 def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float) -> int:
-    """Poll the model until it has ``wanted`` contributions; return the count seen."""
+    """Poll the model until it has ``wanted`` contributors; return the count seen."""
     from common.schemas import ModelPublic
 
     deadline = time.monotonic() + timeout
@@ -42,10 +42,10 @@ def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float)
                 return seen
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"the model of {study} has {seen} contribution(s) after {timeout:.0f} s; "
+                    f"the model of {study} has {seen} contributor(s) after {timeout:.0f} s; "
                     f"waited for {wanted} (lower --min-contributors or raise --wait)"
                 )
-            print(f"waiting: {seen}/{wanted} contributions in the model", file=sys.stderr)
+            print(f"waiting: {seen}/{wanted} contributors in the model", file=sys.stderr)
             time.sleep(POLL_SECONDS)
 
 
