@@ -67,7 +67,7 @@ def format_table(rows: list[HospitalResult]) -> str:
             str(r.outliers),
             f"{r.auc_alone:.1f}",
             f"{r.auc_federated:.1f}",
-            f"{r.auc_federated_grid:.1f}",
+            "-" if r.auc_federated_grid != r.auc_federated_grid else f"{r.auc_federated_grid:.1f}",
             f"{r.auc_federated_combined:.1f}",
             f"{r.auc_centralised:.1f}",
             f"{r.epsilon_spent}/{r.epsilon_cap}",

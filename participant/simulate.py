@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "\nAUC alone / centralised: non-private LSH iTables fitted on the hospital's own "
             "data / on the pooled data.\nAUC federated: LSH iTables from the merged private "
-            "model; (grid): grid k-NN from the merged\nprivate grid; (combined): the "
-            "participant's combined outlier_score (mean rank of both)."
+            "model; (grid): grid k-NN from the merged\nprivate grid ('-': no grid, as under "
+            "secure aggregation); (combined): the participant's combined outlier_score."
         )
         print(f"\nscore files: {facts['workdir']}/<hospital>/scores.csv")
         print(f"dashboard:   {facts['coordinator']}/admin  (admin token: {facts['admin_token']})")
