@@ -58,6 +58,12 @@ def exact_decimal(value: object, quantum: Decimal, name: str) -> Decimal:
     return quantised
 
 
+def plain_decimal(value: Decimal) -> str:
+    """A decimal as plain text, without exponent or trailing zeros (``1.5``, ``0``, ``100``):
+    the one number format for epsilon and delta in every output."""
+    return f"{value.normalize():f}"
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class PrivacyBudget:
     """An exact ``(epsilon, delta)`` privacy cost or cap.
@@ -126,4 +132,4 @@ class PrivacyBudget:
         )
 
     def __str__(self) -> str:
-        return f"(epsilon={self.epsilon.normalize():f}, delta={self.delta.normalize():f})"
+        return f"(epsilon={plain_decimal(self.epsilon)}, delta={plain_decimal(self.delta)})"

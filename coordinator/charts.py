@@ -14,6 +14,8 @@ from datetime import datetime
 from decimal import Decimal
 from html import escape
 
+from common.budget import plain_decimal
+
 PALETTE = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#2c7a7b", "#975a16",
            "#4a5568")
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 960, 240, 52, 12, 12, 28
@@ -35,10 +37,6 @@ def cumulative_series(charges: Iterable[tuple[str, datetime, Decimal]]) -> list[
         totals[label] = totals.get(label, Decimal(0)) + epsilon
         points.setdefault(label, []).append((when, totals[label]))
     return [Series(label, tuple(points[label])) for label in sorted(points)]
-
-
-def _fmt(value: Decimal) -> str:
-    return f"{value.normalize():f}"
 
 
 def step_chart(series: Sequence[Series], *, title: str, cap: Decimal | None = None) -> str:
@@ -64,7 +62,7 @@ def step_chart(series: Sequence[Series], *, title: str, cap: Decimal | None = No
         'stroke="#9aa5b1"/>',
     ]
     for tick in (Decimal(0), top / 2, top):
-        label = _fmt(tick.quantize(Decimal("0.001")))
+        label = plain_decimal(tick.quantize(Decimal("0.001")))
         parts.append(f'<text x="{_LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" '
                      f'font-size="11" fill="#616e7c">{label}</text>')
     for t, anchor in ((t0, "start"), (t1, "end")):
@@ -73,7 +71,7 @@ def step_chart(series: Sequence[Series], *, title: str, cap: Decimal | None = No
     if cap is not None:
         parts.append(f'<line class="cap" x1="{_LEFT}" y1="{y(cap):.1f}" x2="{_W - _RIGHT}" '
                      f'y2="{y(cap):.1f}" stroke="#c53030" stroke-dasharray="5 4" '
-                     f'data-cap="{_fmt(cap)}"/>')
+                     f'data-cap="{plain_decimal(cap)}"/>')
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         coords, last = [], Decimal(0)
@@ -86,8 +84,8 @@ def step_chart(series: Sequence[Series], *, title: str, cap: Decimal | None = No
                      f'points="{" ".join(coords)}"><title>{label}</title></polyline>')
         parts += [
             f'<circle class="point" cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{color}" '
-            f'data-series="{label}" data-t="{t.isoformat()}" data-eps="{_fmt(v)}">'
-            f"<title>{label}: ε {_fmt(v)} at {t:%Y-%m-%d %H:%M:%S}</title></circle>"
+            f'data-series="{label}" data-t="{t.isoformat()}" data-eps="{plain_decimal(v)}">'
+            f"<title>{label}: ε {plain_decimal(v)} at {t:%Y-%m-%d %H:%M:%S}</title></circle>"
             for t, v in s.points
         ]
     parts.append("</svg>")

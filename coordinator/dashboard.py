@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
+from common.budget import plain_decimal as fmt
 from common.errors import NotFound
 from common.schemas import BudgetPublic
 from coordinator.charts import cumulative_series, step_chart
@@ -33,11 +34,6 @@ TEMPLATES = Path(__file__).parent / "templates"
 @cache
 def _template(name: str) -> Template:
     return Template((TEMPLATES / name).read_text())
-
-
-def fmt(value: Decimal) -> str:
-    """A decimal as plain text without exponent or trailing zeros (``1.5``, ``0``)."""
-    return f"{value.normalize():f}"
 
 
 def page(title: str, body: str) -> str:

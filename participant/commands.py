@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from common.budget import PrivacyBudget
+from common.budget import PrivacyBudget, plain_decimal
 from common.errors import FedodError
 from participant.agent import Agent, DataOptions
 from participant.config import Settings
@@ -30,7 +30,7 @@ def _json_value(value: Any) -> Any:
     """JSON for values json does not know: decimals as plain decimal strings ("0", "1.5",
     never "0E-18" or "1.000000000"), budgets as their two numbers, the rest as text."""
     if isinstance(value, Decimal):
-        return f"{value.normalize():f}"
+        return plain_decimal(value)
     if isinstance(value, PrivacyBudget):
         return {"epsilon": _json_value(value.epsilon), "delta": _json_value(value.delta)}
     return str(value)
@@ -237,7 +237,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def _json_text(value: Any) -> str:
-    return f"{value.normalize():f}" if isinstance(value, Decimal) else str(value)
+    return plain_decimal(value) if isinstance(value, Decimal) else str(value)
 
 
 def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
