@@ -303,17 +303,14 @@ class Agent:
     def _check_coordinator_budget(client: CoordinatorClient, cost: PrivacyBudget) -> None:
         """Refuse, before any noise is drawn, a release the coordinator's ledger would refuse
         (it would still count as spent here: its noisy bytes would have left)."""
-        me = client.me()
-        remaining = PrivacyBudget(str(me["epsilon_remaining"]), str(me["delta_remaining"]))
-        if not cost.fits_within(remaining):
-            spent = PrivacyBudget(str(me["epsilon_spent"]), str(me["delta_spent"]))
-            cap = PrivacyBudget(str(me["epsilon_cap"]), str(me["delta_cap"]))
+        there = client.budget()
+        if not cost.fits_within(there.remaining):
             raise BudgetExceeded(
-                f"the coordinator's ledger has {remaining} left of your cap there {cap} "
-                f"(spent there: {spent}); this release costs {cost}. Nothing was drawn or "
-                "sent, and nothing was spent. Ask the coordinator's administrator to raise "
-                "your cap.",
-                spent=spent, asked=cost, cap=cap)
+                f"the coordinator's ledger has {there.remaining} left of your cap there "
+                f"{there.cap} (spent there: {there.spent}); this release costs {cost}. Nothing "
+                "was drawn or sent, and nothing was spent. Ask the coordinator's administrator "
+                "to raise your cap.",
+                spent=there.spent, asked=cost, cap=there.cap)
 
     @staticmethod
     def _counter(options: DataOptions) -> Callable[..., Any] | None:

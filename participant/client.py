@@ -13,14 +13,25 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from common.budget import PrivacyBudget
 from common.errors import CoordinatorUnavailable, FedodError
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _jitter = random.SystemRandom()
+
+
+@dataclass(frozen=True)
+class CoordinatorBudget:
+    """The coordinator's view of this participant's budget (``GET /v1/me``)."""
+
+    cap: PrivacyBudget
+    spent: PrivacyBudget
+    remaining: PrivacyBudget
 
 
 class CoordinatorRefused(FedodError):
@@ -167,3 +178,12 @@ class CoordinatorClient:
     def me(self) -> dict[str, Any]:
         """``GET /v1/me`` -> BudgetPublic JSON (the coordinator's ledger for us)."""
         return self.request("GET", "/v1/me").json()  # type: ignore[no-any-return]
+
+    def budget(self) -> CoordinatorBudget:
+        """Our cap, spent and remaining budget as the coordinator's ledger has them."""
+        me = self.me()
+        cap, spent, remaining = (
+            PrivacyBudget(str(me[f"epsilon_{k}"]), str(me[f"delta_{k}"]))
+            for k in ("cap", "spent", "remaining")
+        )
+        return CoordinatorBudget(cap, spent, remaining)

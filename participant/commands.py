@@ -223,11 +223,8 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
                            "pending": [p.idempotency_key for p in pending]}
     try:
         with agent.client() as client:
-            me = client.me()
-        doc["coordinator_spent"] = PrivacyBudget(str(me["epsilon_spent"]),
-                                                 str(me["delta_spent"]))
-        doc["coordinator_remaining"] = PrivacyBudget(str(me["epsilon_remaining"]),
-                                                     str(me["delta_remaining"]))
+            there = client.budget()
+        doc["coordinator_spent"], doc["coordinator_remaining"] = there.spent, there.remaining
     except (FedodError, httpx.HTTPError) as exc:
         doc["coordinator_error"] = str(exc)
         args.deferred_error = exc  # participant.cli exits with its code after the output

@@ -62,13 +62,11 @@ async def create_contribution(
             outcome = submit(
                 session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
             )
-        except BudgetExceeded as exc:
+        except Exception as exc:
             CONTRIBUTIONS.labels("refused").inc()
-            record_refusal(session, participant, study.id,
-                           PrivacyBudget(body.epsilon, body.delta), exc)
-            raise
-        except Exception:
-            CONTRIBUTIONS.labels("refused").inc()
+            if isinstance(exc, BudgetExceeded):  # shown on the dashboard
+                record_refusal(session, participant, study.id,
+                               PrivacyBudget(body.epsilon, body.delta), exc)
             raise
         return outcome, name
 
