@@ -20,11 +20,11 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.budget import plain_decimal as fmt
 from common.errors import NotFound
-from common.schemas import BudgetPublic
+from common.schemas import BudgetPublic, LedgerEntryPublic
 from coordinator.charts import cumulative_series, step_chart
 from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
 from coordinator.round_dashboard import rounds_section
-from coordinator.services.ledger import all_budgets, budget_of
+from coordinator.services.ledger import all_budgets, budget_of, entry_public
 from coordinator.services.refusals import refused_attempts
 from coordinator.services.studies import study_config
 
@@ -114,33 +114,37 @@ def _study_rows(session: Session) -> list[str]:
     return rows
 
 
-def _charges(session: Session, *, participant_id: int | None = None,
-             study_id: str | None = None) -> list[tuple[LedgerEntry, str]]:
+Charge = tuple[LedgerEntryPublic, str]
+"""One ledger entry and the name of the participant charged."""
+
+
+def _charges_of(budgets: list[BudgetPublic]) -> list[Charge]:
+    """The itemised charges the budgets already carry, newest first."""
+    charges = [(e, b.participant) for b in budgets for e in b.entries]
+    return sorted(charges, key=lambda c: (c[0].created_at, c[0].contribution_id, c[0].kind),
+                  reverse=True)
+
+
+def _study_charges(session: Session, study_id: str) -> list[Charge]:
+    """Every charge for one study, newest first."""
     query = (select(LedgerEntry, Participant.name)
              .join(Participant, Participant.id == LedgerEntry.participant_id)
-             .order_by(LedgerEntry.id.desc()))
-    if participant_id is not None:
-        query = query.where(LedgerEntry.participant_id == participant_id)
-    if study_id is not None:
-        query = query.where(LedgerEntry.study_id == study_id)
-    return [(entry, name) for entry, name in session.execute(query)]
+             .where(LedgerEntry.study_id == study_id).order_by(LedgerEntry.id.desc()))
+    return [(entry_public(entry), name) for entry, name in session.execute(query)]
 
 
-def _charge_rows(charges: list[tuple[LedgerEntry, str]]) -> list[str]:
-    rows = []
-    for entry, name in charges:
-        cost = PrivacyBudget.from_units(entry.eps_units, entry.delta_units)
-        rows.append(
-            f"<tr><td>{entry.created_at:%Y-%m-%d %H:%M:%S}</td>"
-            f'<td>{_link("participants", name)}</td><td>{_link("studies", entry.study_id)}</td>'
-            f'<td>{escape(entry.kind)}</td><td class="num">{fmt(cost.epsilon)}</td>'
-            f'<td class="num">{fmt(cost.delta)}</td><td class="num">#{entry.contribution_id}</td>'
-            "</tr>"
-        )
-    return rows
+def _charge_rows(charges: list[Charge]) -> list[str]:
+    return [
+        f"<tr><td>{entry.created_at:%Y-%m-%d %H:%M:%S}</td>"
+        f'<td>{_link("participants", name)}</td><td>{_link("studies", entry.study_id)}</td>'
+        f'<td>{escape(entry.kind)}</td><td class="num">{fmt(entry.epsilon)}</td>'
+        f'<td class="num">{fmt(entry.delta)}</td><td class="num">#{entry.contribution_id}</td>'
+        "</tr>"
+        for entry, name in charges
+    ]
 
 
-def _charges_table(charges: list[tuple[LedgerEntry, str]], table_id: str = "releases") -> str:
+def _charges_table(charges: list[Charge], table_id: str = "releases") -> str:
     head = ["Time (UTC)", "Participant", "Study", "Kind", "#ε", "#δ", "#Contribution"]
     return _table(table_id, head, _charge_rows(charges), "No releases yet.")
 
@@ -158,10 +162,8 @@ def _refusals_table(session: Session, **where: object) -> str:
     return _table("refused", head, rows, "No refused attempts.")
 
 
-def _chart(charges: list[tuple[LedgerEntry, str]], *, by: str, title: str,
-           cap: Decimal | None = None) -> str:
-    rows = [(name if by == "participant" else entry.study_id, entry.created_at,
-             PrivacyBudget.from_units(entry.eps_units, entry.delta_units).epsilon)
+def _chart(charges: list[Charge], *, by: str, title: str, cap: Decimal | None = None) -> str:
+    rows = [(name if by == "participant" else entry.study_id, entry.created_at, entry.epsilon)
             for entry, name in charges]
     return step_chart(cumulative_series(rows), title=title, cap=cap)
 
@@ -176,7 +178,7 @@ def _header(title: str, key_id: str, back: bool) -> str:
 def dashboard_page(session: Session, key_id: str, warn: Decimal = Decimal("0.8")) -> str:
     """The overview: cards, near-cap warnings, budgets, charts, studies, refusals, releases."""
     budgets = all_budgets(session)
-    charges = _charges(session)
+    charges = _charges_of(budgets)
     head = ["Participant", "Status", "#ε cap", "#ε spent", "#ε remaining", "Used", "#δ spent / cap"]
     body = _template("dashboard.html").substitute(
         header=_header("fedod · privacy budget", key_id, back=False),
@@ -207,7 +209,7 @@ def participant_page(session: Session, key_id: str, name: str,
     if participant is None:
         raise NotFound(f"no participant named {name!r}")
     b = budget_of(session, participant)
-    charges = _charges(session, participant_id=participant.id)
+    charges = _charges_of([b])
     facts = (f'<p>ε spent <b id="p-spent">{fmt(b.epsilon_spent)}</b> of cap '
              f'<b id="p-cap">{fmt(b.epsilon_cap)}</b> ({fmt(b.epsilon_remaining)} remaining); '
              f"δ {fmt(b.delta_spent)} of {fmt(b.delta_cap)}. "
@@ -229,7 +231,7 @@ def study_page(session: Session, key_id: str, study_id: str) -> str:
         raise NotFound(f"no study {study_id!r}")
     config = study_config(study)
     aggregate = session.get(Aggregate, study_id)
-    charges = _charges(session, study_id=study_id)
+    charges = _study_charges(session, study_id)
     facts = (f"<p>config v{study.config_version}, {len(config.features)} features, "
              f"{config.lsh.n_tables} LSH tables, grid: {config.grid_layout or 'none'}; each "
              f"release costs ε {fmt(config.release_cost().epsilon)}, δ "
