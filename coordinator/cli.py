@@ -56,12 +56,8 @@ def _print(obj: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.db import create_sqlite_file
     from coordinator.deployment import describe_url, upgrade_schema
 
-    if settings.resolved_database_url.startswith("sqlite"):
-        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        create_sqlite_file(settings.resolved_database_url)
     change = upgrade_schema(settings)
     print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
     return EXIT_OK

@@ -83,13 +83,16 @@ def head_revision() -> str:
 
 
 def upgrade_schema(settings: Any) -> SchemaChange:
-    """Create or upgrade the schema of the configured database (``migrate``/``serve``)."""
+    """Create or upgrade the schema of the configured database (``migrate``/``serve``); a new
+    SQLite file is created owner-only in an owner-only directory."""
+    from coordinator.db import create_sqlite_file
     from coordinator.migrate import upgrade
 
     url = settings.resolved_database_url
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        create_sqlite_file(url)
     before = current_revision(url)
     upgrade(url)
     return SchemaChange(before, head_revision())
