@@ -267,13 +267,16 @@ def release_grid_counts(
     n_cells: int,
     epsilon: Decimal | int | str,
     delta: Decimal | int | str = 0,
+    sensitivity: int = 1,
 ) -> Release:
-    """Noisy release of exact grid counts (sensitivity 1).
+    """Noisy release of exact grid counts.
 
     ``counts`` is either the dense vector of all ``n_cells`` cells (every cell, empty ones too,
-    gets discrete Laplace noise of scale ``1 / epsilon``; ``delta`` must be 0) or a pair
-    ``(cells, counts)`` of the occupied cells, released with the thresholded mechanism
-    (:func:`make_threshold_noise`; ``delta`` > 0 and part of the cost).
+    gets discrete Laplace noise of scale ``sensitivity / epsilon``; ``delta`` must be 0) or a
+    pair ``(cells, counts)`` of the occupied cells, released with the thresholded mechanism
+    (:func:`make_threshold_noise`; ``delta`` > 0 and part of the cost). ``sensitivity`` is the
+    most cells' counts one person can change in total: 1 for one row per person, N when a
+    person may have N rows; the sparse mechanism is calibrated for 1 only.
     """
     cost = PrivacyBudget(epsilon, delta)
     _positive(epsilon)
@@ -283,8 +286,11 @@ def release_grid_counts(
         exact = np.asarray(counts, dtype=np.int64)
         if exact.size != n_cells:
             raise ValueError(f"dense grid counts must have {n_cells} cells, got {exact.size}")
-        return Release("grid", "dense", n_cells, add_discrete_laplace(exact, 1, cost.epsilon),
-                       None, cost)
+        return Release("grid", "dense", n_cells,
+                       add_discrete_laplace(exact, sensitivity, cost.epsilon), None, cost)
+    if sensitivity != 1:
+        raise ValueError("a sparse grid is released only with one row per person "
+                         f"(sensitivity 1, not {sensitivity})")
     meas, _ = make_threshold_noise(cost.epsilon, cost.delta)
     words = key_words(n_cells)
     keys = as_keys(counts[0], words)

@@ -128,27 +128,17 @@ def noisy_releases(
 ) -> tuple[Release, Release | None]:
     """Draw the noise, once, scaled for ``rows_per_id`` rows per person (module docstring).
     Only called after the ledger has reserved the cost."""
-    from common.release import (
-        Release,
-        add_discrete_laplace,
-        release_grid_counts,
-        release_lsh_counts,
-    )
+    from common.release import release_grid_counts, release_lsh_counts
 
     p, n = config.privacy, rows_per_id or 1
     lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables * n, p.epsilon_lsh)
     grid = None
-    if exact.grid_dense is not None and n > 1:
-        noisy = add_discrete_laplace(exact.grid_dense, n, p.epsilon_grid)
-        grid = Release("grid", "dense", config.grid_cells, noisy, None,
-                       PrivacyBudget(p.epsilon_grid))
-    elif exact.grid_dense is not None:
-        grid = release_grid_counts(exact.grid_dense, config.grid_cells, p.epsilon_grid)
+    if exact.grid_dense is not None:
+        grid = release_grid_counts(exact.grid_dense, config.grid_cells, p.epsilon_grid,
+                                   sensitivity=n)
     elif exact.grid_cells is not None and exact.grid_counts is not None:
-        if n > 1:
-            raise ValueError("a sparse grid is released only with one row per person")
         grid = release_grid_counts((exact.grid_cells, exact.grid_counts), config.grid_cells,
-                                   p.epsilon_grid, p.delta_grid)
+                                   p.epsilon_grid, p.delta_grid, sensitivity=n)
     return lsh, grid
 
 
