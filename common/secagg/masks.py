@@ -5,9 +5,11 @@ Participant u sends ``y_u = x_u + PRG(b_u) + sum_{v > u} PRG(s_uv) - sum_{v < u}
 Privacy-Preserving Machine Learning", CCS 2017. ``s_uv`` comes from X25519 and HKDF-SHA256 with
 salt = the round id and info binding both identity keys, so both ends derive the same seed and
 nobody else can. PRG = ChaCha20 keystream (``cryptography``) encrypting zeros, read as
-little-endian 64-bit unsigned words reduced mod ``2**k`` (k <= 64 divides 64, so every word is
-uniform). No numpy generator is involved: Flower's SecAgg+ seeds numpy's ``RandomState`` from
-32 bits, which a brute force over 2**32 seeds undoes.
+little-endian 64-bit unsigned words reduced mod ``2**k`` (``2**k`` divides ``2**64``, so every
+word is uniform). The self-mask seed b_u is 16 bytes (one Shamir chunk) and keys ChaCha20
+through HKDF. Masked words travel packed to exactly k bits each: they are uniform, so this is
+as small as they get. No numpy generator is involved: Flower's SecAgg+ seeds numpy's
+``RandomState`` from 32 bits, which a brute force over 2**32 seeds undoes.
 """
 
 from __future__ import annotations
@@ -27,15 +29,19 @@ __all__ = [
     "from_words",
     "pack_words",
     "unpack_words",
+    "self_mask_key",
+    "SELF_SEED_BYTES",
 ]
+
+SELF_SEED_BYTES = 16
 
 U64 = NDArray[np.uint64]
 _NONCE = bytes(16)  # every key is used for exactly one keystream
 
 
 def _word_mask(k: int) -> np.uint64:
-    if not 8 <= k <= 64 or k % 8:
-        raise ValueError(f"word size k must be a multiple of 8 in [8, 64], got {k}")
+    if not 2 <= k <= 64:
+        raise ValueError(f"word size k must be in [2, 64], got {k}")
     return np.uint64((1 << k) - 1)
 
 
@@ -52,11 +58,19 @@ def pair_seed(
     purpose: bytes,
     my_identity: bytes,
     peer_identity: bytes,
+    length: int = 32,
 ) -> bytes:
-    """32-byte seed shared by two members for this round (same result at both ends)."""
+    """A key shared by two members for this round and ``purpose`` (same at both ends)."""
     lo, hi = sorted([my_identity, peer_identity])
     info = b"fedod-secagg/" + purpose + b"/1\x00" + lo + hi
-    return hkdf(mine.exchange(peer), salt=round_id.encode("utf-8"), info=info)
+    return hkdf(mine.exchange(peer), salt=round_id.encode("utf-8"), info=info, length=length)
+
+
+def self_mask_key(self_seed: bytes) -> bytes:
+    """The 32-byte ChaCha20 key of the self mask PRG(b_u), from the 16-byte seed b_u."""
+    if len(self_seed) != SELF_SEED_BYTES:
+        raise ValueError(f"a self-mask seed is {SELF_SEED_BYTES} bytes")
+    return hkdf(self_seed, salt=b"", info=b"fedod-secagg/self-mask/1")
 
 
 def keystream_words(seed: bytes, n: int, k: int) -> U64:
@@ -78,18 +92,15 @@ def from_words(words: U64, k: int) -> NDArray[np.int64]:
     """Words mod ``2**k`` back to signed integers in ``[-2**(k-1), 2**(k-1))``."""
     mask = _word_mask(k)
     w = words & mask
-    if k == 64:
-        return w.view(np.int64).copy()
-    half = np.uint64(1 << (k - 1))
-    signed = w.astype(np.int64)
-    return np.where(w >= half, signed - np.int64(1 << k), signed).astype(np.int64)
+    negative = (w >> np.uint64(k - 1)) & np.uint64(1) == 1
+    return np.where(negative, w | ~mask, w).view(np.int64).copy()  # sign-extend
 
 
 def apply_masks(words: U64, self_seed: bytes, pair_seeds: list[tuple[int, bytes]], k: int) -> U64:
     """``words + PRG(self_seed) + sum(sign * PRG(seed))`` mod ``2**k``; sign is +1 or -1."""
     mask = _word_mask(k)
     n = words.shape[0]
-    out = (words + keystream_words(self_seed, n, k)) & mask
+    out = (words + keystream_words(self_mask_key(self_seed), n, k)) & mask
     for sign, seed in pair_seeds:
         stream = keystream_words(seed, n, k)
         out = (out + stream) & mask if sign > 0 else (out - stream) & mask
@@ -97,19 +108,23 @@ def apply_masks(words: U64, self_seed: bytes, pair_seeds: list[tuple[int, bytes]
 
 
 def pack_words(words: U64, k: int) -> bytes:
-    """k/8 little-endian bytes per word (masked words are uniform: nothing to compress)."""
+    """Exactly k bits per word, little-endian bit order, the last byte zero-padded."""
     _word_mask(k)
-    width = k // 8
-    raw = words.astype("<u8").view(np.uint8).reshape(-1, 8)
-    return raw[:, :width].tobytes()
+    bits = np.unpackbits(words.astype("<u8").view(np.uint8).reshape(-1, 8), axis=1,
+                         bitorder="little")
+    return np.packbits(bits[:, :k].reshape(-1), bitorder="little").tobytes()
 
 
 def unpack_words(data: bytes, n: int, k: int) -> U64:
-    """Inverse of :func:`pack_words`; ValueError unless ``data`` holds exactly ``n`` words."""
+    """Inverse of :func:`pack_words`; ValueError unless ``data`` is exactly ``n`` packed words
+    (``ceil(n * k / 8)`` bytes, padding bits zero: one encoding per vector)."""
     _word_mask(k)
-    width = k // 8
-    if len(data) != n * width:
-        raise ValueError(f"expected {n * width} bytes of masked words, got {len(data)}")
-    raw = np.zeros((n, 8), dtype=np.uint8)
-    raw[:, :width] = np.frombuffer(data, dtype=np.uint8).reshape(n, width)
-    return raw.reshape(-1).view("<u8").astype(np.uint64)
+    size = -(-n * k // 8)
+    if len(data) != size:
+        raise ValueError(f"expected {size} bytes of masked words, got {len(data)}")
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+    if bits[n * k :].any():
+        raise ValueError("masked words: non-zero padding bits")
+    full = np.zeros((n, 64), dtype=np.uint8)
+    full[:, :k] = bits[: n * k].reshape(n, k)
+    return np.packbits(full, axis=1, bitorder="little").view("<u8").reshape(-1).astype(np.uint64)

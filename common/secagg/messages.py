@@ -7,7 +7,7 @@ long-term identity key (registered at enrolment); the coordinator signs rosters 
 requests with its config key. Every body names study, round and attempt, so a message
 replayed into another round or attempt is refused by :func:`open_message`'s caller.
 
-    advert    participant -> all   per-round X25519 keys (mask, encryption), seed commitment
+    advert    participant -> all   per-attempt X25519 key, commitment to the self-mask seed
     roster    coordinator -> all   the signed adverts of this attempt's cohort, k, threshold
     masked    participant -> coord masked words + its self-seed shares sealed for each holder
     request   coordinator -> all   "every roster vector is in: unmask"
@@ -98,14 +98,16 @@ class RoundRef(_Model):
 class AdvertBody(RoundRef):
     participant: Name
     identity_key: B64 = Field(description="Raw Ed25519 identity public key (32 bytes).")
-    mask_key: B64 = Field(description="Raw X25519 public key for the pairwise masks.")
-    enc_key: B64 = Field(description="Raw X25519 public key for sealing seed shares.")
+    round_key: B64 = Field(
+        description="Raw X25519 public key of this attempt (pairwise mask seeds and the keys "
+        "sealing seed shares, under separate HKDF labels)."
+    )
     seed_commitment: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of b_u.")
 
 
 class RosterBody(RoundRef):
     config_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    modulus_bits: int = Field(strict=True, ge=8, le=64)
+    modulus_bits: int = Field(strict=True, ge=2, le=64)
     threshold: int = Field(strict=True, ge=1)
     members: list[SignedMessage] = Field(min_length=1, description="Adverts, sorted by name.")
 
@@ -113,7 +115,7 @@ class RosterBody(RoundRef):
 class MaskedBody(RoundRef):
     participant: Name
     roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    words: B64 = Field(description="k/8 little-endian bytes per masked word.")
+    words: B64 = Field(description="Masked words packed to exactly k bits each.")
     shares: dict[str, B64] = Field(description="Holder name -> sealed share of b_u.")
 
 

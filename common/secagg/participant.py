@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from numpy.typing import NDArray
 
-from common.secagg.masks import apply_masks, hkdf, pack_words, pair_seed, to_words
+from common.secagg.masks import SELF_SEED_BYTES, apply_masks, pack_words, pair_seed, to_words
 from common.secagg.messages import (
     AdvertBody,
     MaskedBody,
@@ -61,36 +61,34 @@ def raw_public(key: Ed25519PrivateKey | X25519PrivateKey) -> bytes:
 
 @dataclass(frozen=True)
 class RoundSecrets:
-    """One attempt's secrets: X25519 mask and encryption keys, self-mask seed b_u."""
+    """One attempt's secrets: an X25519 key and the 16-byte self-mask seed b_u.
 
-    mask_key: X25519PrivateKey
-    enc_key: X25519PrivateKey
+    One X25519 key serves both the pairwise mask seeds and the keys sealing seed shares
+    (separate HKDF labels). Bonawitz et al. keep two keys because their server reconstructs a
+    dropped user's mask key, which must not also open its shares; here no X25519 key is ever
+    reconstructed (a member lost before masking restarts the round with fresh keys; one lost
+    after masking has only b_u recovered), so one key per attempt is enough.
+    """
+
+    round_key: X25519PrivateKey
     self_seed: bytes
 
     @classmethod
     def generate(cls) -> RoundSecrets:
-        return cls(X25519PrivateKey.generate(), X25519PrivateKey.generate(), os.urandom(32))
+        return cls(X25519PrivateKey.generate(), os.urandom(SELF_SEED_BYTES))
 
     def to_bytes(self) -> bytes:
-        """96 raw bytes for the participant's (0600) state file; an attempt's keys must
+        """48 raw bytes for the participant's (0600) state file; an attempt's keys must
         survive a restart so the participant can still unmask the vector it sent."""
         raw = serialization.PrivateFormat.Raw
         none = serialization.NoEncryption()
-        return (
-            self.mask_key.private_bytes(_RAW, raw, none)
-            + self.enc_key.private_bytes(_RAW, raw, none)
-            + self.self_seed
-        )
+        return self.round_key.private_bytes(_RAW, raw, none) + self.self_seed
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RoundSecrets:
-        if len(data) != 96:
-            raise ValueError("round secrets are 96 bytes")
-        return cls(
-            X25519PrivateKey.from_private_bytes(data[:32]),
-            X25519PrivateKey.from_private_bytes(data[32:64]),
-            data[64:],
-        )
+        if len(data) != 32 + SELF_SEED_BYTES:
+            raise ValueError(f"round secrets are {32 + SELF_SEED_BYTES} bytes")
+        return cls(X25519PrivateKey.from_private_bytes(data[:32]), data[32:])
 
 
 @dataclass(frozen=True)
@@ -113,8 +111,7 @@ def make_advert(
         **ref.ref().model_dump(),
         participant=name,
         identity_key=b64e(raw_public(identity)),
-        mask_key=b64e(raw_public(secrets.mask_key)),
-        enc_key=b64e(raw_public(secrets.enc_key)),
+        round_key=b64e(raw_public(secrets.round_key)),
         seed_commitment=hashlib.sha256(secrets.self_seed).hexdigest(),
     )
     return sign_message("advert", body, identity)
@@ -155,8 +152,7 @@ def verify_roster(
         opened = open_message(advert, "advert", AdvertBody, raw_ed25519(claimed.identity_key))
         _same_ref(opened, ref, f"advert of {opened.participant}")
         members[opened.participant] = opened
-    keys = [m.identity_key for m in members.values()] + [m.mask_key for m in members.values()]
-    keys += [m.enc_key for m in members.values()]
+    keys = [m.identity_key for m in members.values()] + [m.round_key for m in members.values()]
     if len(members) != len(body.members) or len(set(keys)) != len(keys):
         raise RoundRefused("roster repeats a member or a key")
     return VerifiedRoster(body, signed.digest(), members)
@@ -188,10 +184,16 @@ def check_roster(
 
 
 def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str) -> bytes:
-    """Symmetric key sealing seed shares between two members for this attempt."""
-    shared = mine.exchange(X25519PublicKey.from_public_bytes(b64d(peer.enc_key, size=32)))
-    lo, hi = sorted([b64d(me.identity_key), b64d(peer.identity_key)])
-    return hkdf(shared, salt=round_id.encode(), info=b"fedod-secagg/share/1\x00" + lo + hi)
+    """AES-256-SIV key sealing seed shares between two members for this attempt."""
+    return pair_seed(
+        mine,
+        X25519PublicKey.from_public_bytes(b64d(peer.round_key, size=32)),
+        round_id=round_id,
+        purpose=b"share",
+        my_identity=b64d(me.identity_key),
+        peer_identity=b64d(peer.identity_key),
+        length=64,
+    )
 
 
 def _share_aad(round_id: str, owner: str, holder: str) -> bytes:
@@ -215,8 +217,8 @@ def mask_upload(
             continue
         peer = roster.members[name]
         seed = pair_seed(
-            secrets.mask_key,
-            X25519PublicKey.from_public_bytes(b64d(peer.mask_key, size=32)),
+            secrets.round_key,
+            X25519PublicKey.from_public_bytes(b64d(peer.round_key, size=32)),
             round_id=body.round_id,
             purpose=b"mask",
             my_identity=b64d(mine.identity_key),
@@ -228,7 +230,7 @@ def mask_upload(
     sealed = {
         name: b64e(
             seal_share(
-                share_key(secrets.enc_key, roster.members[name], mine, body.round_id),
+                share_key(secrets.round_key, roster.members[name], mine, body.round_id),
                 share,
                 _share_aad(body.round_id, me, name),
             )
@@ -289,7 +291,7 @@ def answer_unmask(
             continue
         if owner not in inbox:
             raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot unmask")
-        key = share_key(secrets.enc_key, roster.members[owner], mine, request.round_id)
+        key = share_key(secrets.round_key, roster.members[owner], mine, request.round_id)
         held[owner] = b64e(
             open_share(key, b64d(inbox[owner]), _share_aad(request.round_id, owner, me))
         )

@@ -17,7 +17,14 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from numpy.typing import NDArray
 
-from common.secagg.masks import U64, from_words, keystream_words, unpack_words
+from common.secagg.masks import (
+    SELF_SEED_BYTES,
+    U64,
+    from_words,
+    keystream_words,
+    self_mask_key,
+    unpack_words,
+)
 from common.secagg.messages import (
     AdvertBody,
     MaskedBody,
@@ -59,8 +66,7 @@ def accept_advert(
     _check(body, ref, name, body.participant, "key advert")
     if b64d(body.identity_key, size=32) != identity.public_bytes_raw():
         raise RoundRefused("key advert carries another identity key than the registered one")
-    b64d(body.mask_key, size=32)
-    b64d(body.enc_key, size=32)
+    b64d(body.round_key, size=32)
     return body
 
 
@@ -133,7 +139,7 @@ def accept_unmask(
     _check(body, roster.body, name, body.participant, "unmask answer")
     if not hmac.compare_digest(body.roster_digest, roster.digest):
         raise RoundRefused("unmask answer was made for another roster")
-    seed = b64d(body.self_seed, size=32)
+    seed = b64d(body.self_seed, size=SELF_SEED_BYTES)
     if hashlib.sha256(seed).hexdigest() != roster.members[name].seed_commitment:
         raise RoundRefused("unmask answer: self seed does not match the committed one")
     return body
@@ -168,7 +174,8 @@ def reveal_sum(
     total = np.zeros(n, dtype=np.uint64)
     for name in roster.names:
         total = (total + masked[name]) & mask
-        total = (total - keystream_words(_seed_of(name, roster, answers), n, k)) & mask
+        self_mask = keystream_words(self_mask_key(_seed_of(name, roster, answers)), n, k)
+        total = (total - self_mask) & mask
     return from_words(total, k)
 
 

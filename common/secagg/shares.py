@@ -1,24 +1,25 @@
-"""Threshold shares of a 32-byte self-mask seed, and their encryption for one peer.
+"""Threshold shares of a 16-byte self-mask seed, and their encryption for one peer.
 
 Shamir secret sharing over GF(2^128) from PyCryptodome (``Crypto.Protocol.SecretSharing``,
-16-byte secrets, as Flower uses): the seed is split into two 16-byte halves, each shared with
-the same indices. A share travels to its holder through the coordinator, encrypted with
-ChaCha20-Poly1305 under a key from X25519 + HKDF between the two members' per-round
-encryption keys; the associated data binds round, sender and recipient, so a share cannot be
-replayed into another round or to another holder.
+16-byte secrets, as Flower uses): the seed is one 16-byte chunk, so a share is an index byte
+and 16 bytes. A share travels to its holder through the coordinator, encrypted with AES-SIV
+(RFC 5297, deterministic authenticated encryption: no nonce on the wire, and a repeated
+encryption can only repeat the same ciphertext) under a key from X25519 + HKDF between the two
+members' per-round keys; the associated data binds round, sender and recipient, so a share
+cannot be replayed into another round or to another holder.
 """
 
 from __future__ import annotations
 
-import os
-
 from Crypto.Protocol.SecretSharing import Shamir
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+
+from common.secagg.masks import SELF_SEED_BYTES
 
 __all__ = ["split_seed", "combine_seed", "seal_share", "open_share", "ShareOpenError"]
 
-SHARE_BYTES = 1 + 32
+SHARE_BYTES = 1 + SELF_SEED_BYTES
 
 
 class ShareOpenError(ValueError):
@@ -26,16 +27,14 @@ class ShareOpenError(ValueError):
 
 
 def split_seed(seed: bytes, threshold: int, holders: int) -> list[bytes]:
-    """``holders`` shares (index byte + 32 bytes), any ``threshold`` of which give ``seed``."""
-    if len(seed) != 32:
-        raise ValueError("seed must be 32 bytes")
+    """``holders`` shares (index byte + 16 bytes), any ``threshold`` of which give ``seed``."""
+    if len(seed) != SELF_SEED_BYTES:
+        raise ValueError(f"seed must be {SELF_SEED_BYTES} bytes")
     if not 1 <= threshold <= holders <= 255:
         raise ValueError(f"need 1 <= threshold ({threshold}) <= holders ({holders}) <= 255")
     if threshold == 1:  # Shamir needs k >= 2; a 1-of-n share is the seed itself
         return [bytes([i + 1]) + seed for i in range(holders)]
-    lo = Shamir.split(threshold, holders, seed[:16], ssss=False)
-    hi = Shamir.split(threshold, holders, seed[16:], ssss=False)
-    return [bytes([i]) + a + b for (i, a), (j, b) in zip(lo, hi, strict=True) if i == j]
+    return [bytes([i]) + s for i, s in Shamir.split(threshold, holders, seed, ssss=False)]
 
 
 def combine_seed(shares: list[bytes], threshold: int) -> bytes:
@@ -46,19 +45,16 @@ def combine_seed(shares: list[bytes], threshold: int) -> bytes:
     chosen = [by_index[i] for i in sorted(by_index)[:threshold]]
     if threshold == 1:
         return chosen[0][1:]
-    lo = Shamir.combine([(s[0], s[1:17]) for s in chosen], ssss=False)
-    hi = Shamir.combine([(s[0], s[17:33]) for s in chosen], ssss=False)
-    return bytes(lo) + bytes(hi)
+    return bytes(Shamir.combine([(s[0], s[1:]) for s in chosen], ssss=False))
 
 
 def seal_share(key: bytes, share: bytes, aad: bytes) -> bytes:
-    """nonce || ChaCha20-Poly1305(share) under a fresh random nonce."""
-    nonce = os.urandom(12)
-    return nonce + ChaCha20Poly1305(key).encrypt(nonce, share, aad)
+    """AES-SIV(share) with ``aad`` bound: 16-byte synthetic IV + ciphertext."""
+    return AESSIV(key).encrypt(share, [aad])
 
 
 def open_share(key: bytes, sealed: bytes, aad: bytes) -> bytes:
     try:
-        return ChaCha20Poly1305(key).decrypt(sealed[:12], sealed[12:], aad)
+        return AESSIV(key).decrypt(sealed, [aad])
     except (InvalidTag, ValueError) as exc:
         raise ShareOpenError("share does not authenticate for this round and holder") from exc

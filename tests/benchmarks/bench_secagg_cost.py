@@ -1,7 +1,9 @@
 """Benchmark: what secure aggregation costs one participant per release, beside today's
 independent release, in the same run.
 
-Run: ``.venv/bin/python tests/benchmarks/bench_secagg_cost.py [--tables 100] [--cohort 20]``
+Run: ``.venv/bin/python tests/benchmarks/bench_secagg_cost.py [--tables 100] [--cohort 20]
+[--max-records 1000000]`` (``--max-records``: the study's declared public per-cell bound, which
+sets the word size k).
 
 A cohort of n participants (m LSH tables, sample size 16, epsilon 0.1, D = 2, T = 2) runs one
 round in process with the real protocol code (``common.secagg``) and the real noise sampler
@@ -49,9 +51,11 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=100)
     ap.add_argument("--cohort", type=int, default=20)
     ap.add_argument("--features", type=int, default=10)
+    ap.add_argument("--max-records", type=int, default=AggregationParams().max_records)
     args = ap.parse_args()
     n, m = args.cohort, args.tables
-    params = AggregationParams(mode="secure", cohort_size=n, max_dropouts=2, max_colluders=2)
+    params = AggregationParams(mode="secure", cohort_size=n, max_dropouts=2, max_colluders=2,
+                               max_records=args.max_records)
     features = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(args.features)]
     config = new_study_config("bench", features, privacy=PrivacyParams(epsilon_lsh=EPS),
                               n_tables=m, aggregation=params)
@@ -140,7 +144,8 @@ def main() -> None:
     secure_cpu = sum(cpu.values())
 
     print(f"# Secure aggregation cost per participant (m = {m}, n = {n}, D = 2, T = 2, "
-          f"h_min = {params.h_min}, epsilon {EPS}, {cells} cells, k = {k} bits)\n")
+          f"h_min = {params.h_min}, epsilon {EPS}, {cells} cells, max_records "
+          f"{params.max_records}, k = {k} bits)\n")
     print("| measure | independent (today) | secure aggregation | ratio |")
     print("|---|---|---|---|")
     print(f"| participant CPU per release | {independent_cpu * 1000:.1f} ms | "

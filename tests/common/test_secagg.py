@@ -18,13 +18,14 @@ from common.secagg.masks import (
     from_words,
     keystream_words,
     pack_words,
+    self_mask_key,
     to_words,
     unpack_words,
 )
 from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, sign_message
 from common.secagg.shares import combine_seed, split_seed
 
-K = st.sampled_from([16, 24, 32, 64])
+K = st.sampled_from([17, 19, 32, 63, 64])  # values below span 16 bits + sign
 
 
 @settings(max_examples=25, deadline=None)
@@ -45,22 +46,26 @@ def test_masks_cancel_exactly_in_a_full_round(n, cells, k, data):
 )
 def test_pairwise_masks_with_opposite_signs_cancel(seeds, values, k):
     x = to_words(np.array(values, dtype=np.int64), k)
-    b = bytes(32)
+    b = bytes(16)
     up = apply_masks(x, b, seeds, k)
     down = apply_masks(np.zeros_like(x), b, [(-sign, seed) for sign, seed in seeds], k)
     mask = np.uint64((1 << k) - 1)
-    unmasked = (up + down - 2 * keystream_words(b, len(values), k)) & mask
+    unmasked = (up + down - 2 * keystream_words(self_mask_key(b), len(values), k)) & mask
     np.testing.assert_array_equal(from_words(unmasked, k), values)
 
 
-@pytest.mark.parametrize("k", [8, 24, 64])
-def test_words_pack_and_sign_round_trip(k):
+@pytest.mark.parametrize("k", [2, 8, 17, 24, 63, 64])
+def test_words_pack_to_exactly_k_bits_and_sign_round_trip(k):
     v = np.array([0, 1, -1, 2 ** (k - 1) - 1, -(2 ** (k - 1))], dtype=np.int64)
     w = to_words(v, k)
-    assert len(pack_words(w, k)) == 5 * k // 8
-    np.testing.assert_array_equal(from_words(unpack_words(pack_words(w, k), 5, k), k), v)
+    packed = pack_words(w, k)
+    assert len(packed) == -(-5 * k // 8)
+    np.testing.assert_array_equal(from_words(unpack_words(packed, 5, k), k), v)
     with pytest.raises(ValueError, match="expected"):
-        unpack_words(pack_words(w, k)[:-1], 5, k)
+        unpack_words(packed[:-1], 5, k)
+    if 5 * k % 8:  # one encoding per vector: a set padding bit is refused
+        with pytest.raises(ValueError, match="padding"):
+            unpack_words(packed[:-1] + bytes([packed[-1] | 0x80]), 5, k)
 
 
 def test_masked_words_the_coordinator_holds_are_uniform():
@@ -91,7 +96,7 @@ def test_masked_words_the_coordinator_holds_are_uniform():
 
 @pytest.mark.parametrize("threshold,holders", [(1, 3), (2, 3), (3, 5), (12, 20)])
 def test_seed_shares_recover_with_threshold_and_not_below(threshold, holders):
-    seed = bytes(range(32))
+    seed = bytes(range(16))
     shares = split_seed(seed, threshold, holders)
     assert combine_seed(shares[-threshold:], threshold) == seed
     with pytest.raises(ValueError, match="needed"):
