@@ -262,10 +262,19 @@ class StudyConfig(_Model):
         return "independent" if self.aggregation is None else self.aggregation.mode
 
     def secure_modulus_bits(self) -> int:
-        """Word size k of the secure sum (secure mode only; see common.secagg.params)."""
+        """Word size k of the secure sum (secure mode only; see common.secagg.params): wide
+        enough for the LSH part and the dense grid part alike."""
         if self.aggregation is None or self.aggregation.mode != "secure":
             raise ValueError(f"study {self.study_id} does not use secure aggregation")
-        return modulus_bits(self.aggregation, self.lsh.n_tables, self.privacy.epsilon_lsh)
+        bits = modulus_bits(self.aggregation, self.lsh.n_tables, self.privacy.epsilon_lsh)
+        if self.grid is not None:
+            bits = max(bits, modulus_bits(self.aggregation, 1, self.privacy.epsilon_grid))
+        return bits
+
+    @property
+    def secure_cells(self) -> int:
+        """Length of the vector a secure round sums: LSH cells, then the dense grid's."""
+        return self.lsh_cells + self.grid_cells
 
     @model_validator(mode="after")
     def _consistent(self) -> StudyConfig:
@@ -305,8 +314,12 @@ class StudyConfig(_Model):
                     "it would be charged for nothing"
                 )
         if self.aggregation_mode == "secure":
-            if self.grid is not None:
-                raise ValueError("secure aggregation releases the LSH tables only: omit the grid")
+            if self.grid is not None and self.grid_layout == "sparse":
+                raise ValueError(
+                    f"secure aggregation releases a dense grid only; this grid has "
+                    f"{self.grid_cells} cells, more than cell_limit {self.grid.cell_limit}: "
+                    "use fewer bins or grid features, or raise cell_limit"
+                )
             self.secure_modulus_bits()
         total = p.epsilon_lsh + p.epsilon_grid
         if total > UTILITY_EPSILON_WARNING:

@@ -34,12 +34,13 @@ from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.schemas import RoundState
+from common.secagg.vector import NoiseShare, noisy_secure_vector
 from common.signing import load_private_key, save_private_key
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
+from participant.contribute import exact_histograms
 from participant.state import write_private
 
-NoiseShare = Callable[[int, int, Decimal, int], NDArray[np.int64]]
 Stop = Literal["keys", "masked"] | None
 
 
@@ -114,8 +115,6 @@ def _noisy_vector(
     if path.exists():
         stored: NDArray[np.int64] = np.load(path)
         return stored
-    params = config.aggregation
-    assert params is not None and params.h_min is not None
     key = f"secagg-{study}-{number}"
     enrolment = agent.state.load_enrolment()
     with agent.ledger() as ledger:
@@ -132,16 +131,11 @@ def _noisy_vector(
         elif known[0].status == "abandoned":
             ledger.check(config.release_cost(), enrolment.cap)
         source = options.source(data, config)
-        family = config.lsh_family()
-        exact = np.zeros(family.n_cells, dtype=np.int64)
-        for chunk in source:  # the LSH histogram only (participant.contribute pulls in opendp)
-            exact += family.histogram(chunk.X)
+        exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
+                                 dense_grid=True)
         if source.report.rows == 0:
             raise ValueError(f"{data}: no records; nothing to release")
-        counts = np.minimum(exact, params.max_records)
-        noisy = counts + noise_share(
-            counts.size, config.lsh.n_tables, config.privacy.epsilon_lsh, params.h_min
-        )
+        noisy = noisy_secure_vector(config, exact.lsh, exact.grid_dense, noise_share)
         tmp = files.root / "noisy.tmp.npy"
         np.save(tmp, noisy.astype(np.int64))
         write_private(path, tmp.read_bytes())

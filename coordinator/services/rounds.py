@@ -32,6 +32,7 @@ from common.secagg.messages import (
 )
 from common.secagg.params import AggregationParams
 from common.secagg.participant import VerifiedRoster
+from common.secagg.vector import split_secure_sum
 from coordinator.keys import KeyStore
 from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
 from coordinator.round_models import Round
@@ -166,7 +167,7 @@ def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
         )
         for name, signed in store.messages(session, rnd, "unmask").items()
     }
-    words = _masked_words(session, rnd, config.lsh_cells, roster.body.modulus_bits)
+    words = _masked_words(session, rnd, config.secure_cells, roster.body.modulus_bits)
     try:
         total = server.reveal_sum(roster, words, answers)
     except RoundRefused as exc:
@@ -185,7 +186,10 @@ def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     aggregate.version += 1
     aggregate.contributors = len(roster.names)
     # the revealed sum replaces the model (a secure study takes no /contributions to fold)
-    snapshot.lsh_sum = total.astype("<i8").tobytes()
+    lsh, grid = split_secure_sum(config, total)
+    snapshot.lsh_sum = lsh.astype("<i8").tobytes()
+    if grid is not None:
+        snapshot.grid_indices, snapshot.grid_values = None, grid.astype("<i8").tobytes()
     snapshot.version, snapshot.contributors = aggregate.version, aggregate.contributors
     aggregate.updated_at = utcnow()
     _finish(session, rnd, "done", f"{len(answers)} of {len(roster.names)} answered the unmask")
@@ -228,7 +232,7 @@ def post_message(
         server.accept_advert(signed, ref=_ref(rnd), name=name, identity=identity)
     elif kind == "masked":
         server.accept_masked(
-            signed, _roster(rnd, keys), name=name, identity=identity, n_cells=config.lsh_cells
+            signed, _roster(rnd, keys), name=name, identity=identity, n_cells=config.secure_cells
         )
     else:
         server.accept_unmask(signed, _roster(rnd, keys), name=name, identity=identity)

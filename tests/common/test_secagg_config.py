@@ -64,12 +64,12 @@ def test_independent_mode_may_declare_a_cohort_for_planning_only():
         AggregationParams(cohort_size=5, max_dropouts=1)
 
 
-def test_secure_mode_refuses_a_grid():
-    with pytest.raises(ValidationError, match="LSH tables only"):
-        new_study_config(
-            "s1", FEATURES, privacy=PrivacyParams(epsilon_lsh="0.1", epsilon_grid="0.1"),
-            n_tables=5, grid=GridParams(bins=2), aggregation=secure(),
-        )
+def test_secure_mode_takes_a_dense_grid():
+    config = new_study_config(
+        "s1", FEATURES, privacy=PrivacyParams(epsilon_lsh="0.1", epsilon_grid="0.1"),
+        n_tables=5, grid=GridParams(bins=2), aggregation=secure(),
+    )
+    assert config.grid_layout == "dense" and config.secure_cells == config.lsh_cells + 2 ** 3
 
 
 @pytest.mark.parametrize("n,eps,records", [(3, "1", 10), (20, "0.1", 10**6), (50, "0.01", 2**30)])

@@ -29,12 +29,13 @@ def cli(state: Path, *args: str) -> list[str]:
 
 
 class Cohort:
-    def __init__(self, coord, tmp_path: Path, study: str, n: int = 4) -> None:
+    def __init__(self, coord, tmp_path: Path, study: str, n: int = 4, **spec) -> None:
         self.coord, self.study = coord, study
         self.names = [f"{study}-h{i}" for i in range(n)]
         tokens = [coord.new_participant(name, "10") for name in self.names]
+        spec = {"privacy": {"epsilon_lsh": "0.5"}, **spec}
         coord.new_study(study, FEATURES, members=self.names, lsh={"n_tables": 10},
-                        privacy={"epsilon_lsh": "0.5"}, aggregation=SECURE)
+                        aggregation=SECURE, **spec)
         self.states, self.data = {}, {}
         rng = np.random.default_rng(abs(hash(study)) % 2**32)
         enrolling = []
@@ -81,11 +82,11 @@ class Cohort:
         assert len(files) == 1
         return np.load(files[0])
 
-    def model(self) -> tuple[dict, np.ndarray]:
+    def model(self, part: str = "lsh") -> tuple[dict, np.ndarray]:
         doc = self.coord.admin("GET", f"/v1/studies/{self.study}/model")
         from common.encoding import EncodedCounts
 
-        enc = EncodedCounts.model_validate(doc["lsh"])
+        enc = EncodedCounts.model_validate(doc[part])
         return doc, decode_counts(enc, expected_cells=enc.n_cells)[1]
 
     def spent(self, name: str) -> str:
@@ -96,8 +97,8 @@ class Cohort:
 def cohort(participant_coordinator, tmp_path):
     made = []
 
-    def make(study: str) -> Cohort:
-        made.append(Cohort(participant_coordinator, tmp_path, study))
+    def make(study: str, **spec) -> Cohort:
+        made.append(Cohort(participant_coordinator, tmp_path, study, **spec))
         return made[-1]
 
     yield make
@@ -111,8 +112,10 @@ def cohort(participant_coordinator, tmp_path):
 def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
     """SIGKILL a member once the coordinator holds its masked vector; the others recover its
     self mask from their shares. A member that left after its keys resumes from its state
-    directory (same round keys, so the roster still carries its advert)."""
-    c = cohort("sa-after")
+    directory (same round keys, so the roster still carries its advert). The study releases a
+    dense grid beside the LSH tables: both parts of the sum reach the model."""
+    c = cohort("sa-after", grid={"bins": 3},
+               privacy={"epsilon_lsh": "0.5", "epsilon_grid": "0.25"})
     late, victim = c.names[3], c.names[0]
     c.start(late, "--stop-after", "keys")
     assert c.finish(late)[0] == 0
@@ -129,9 +132,13 @@ def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
         assert code == 0, out
         assert json.loads(out.splitlines()[0])["cohort"] == 4
     doc, total = c.model()
-    np.testing.assert_array_equal(total, sum(c.noisy(n) for n in c.names))
+    summed = sum(c.noisy(n) for n in c.names)
+    np.testing.assert_array_equal(total, summed[: total.size])
+    _, grid = c.model("grid")
+    assert grid.size == 3 ** 4 and total.size + grid.size == summed.size
+    np.testing.assert_array_equal(grid, summed[total.size:])
     assert doc["contributors"] == 4
-    assert [c.spent(n) for n in c.names] == ["0.5"] * 4
+    assert [c.spent(n) for n in c.names] == ["0.75"] * 4
     assert not (c.states[victim] / "studies" / c.study / "rounds" / "1" / "unmasked").exists()
     c.start(victim)  # back after the round: nothing left to do, nothing sent twice
     code, out = c.finish(victim)
