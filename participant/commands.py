@@ -104,10 +104,9 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
                          "FEDOD_PARTICIPANT_TOKEN")
     e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
                     delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
-    from participant.secagg_round import register_identity
+    from participant.secagg_round import ensure_identity
 
-    with agent.client() as client:  # the long-term identity key for secure rounds
-        register_identity(agent, client)
+    ensure_identity(agent)  # the long-term identity key for secure rounds
     _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
                 "delta_cap": e.delta_cap, "max_release_epsilon": e.max_release_epsilon},
@@ -338,7 +337,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     _release_args(p)
     _score_args(add("score", "score local records against the global model and write scores"))
     p = add("run", "unattended round, safe to rerun: enrol if needed, release at most once "
-                   "per config version, wait for --min-contributors, score")
+                   "per config version (a secure study: join the open round, or resume the "
+                   "one this participant is in, until its sum is revealed), wait for "
+                   "--min-contributors, score")
     _score_args(p)
     _release_args(p)
     _ceiling_arg(p)
@@ -351,7 +352,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--min-contributors", type=int, default=1, metavar="N",
                    help="wait until N participants contributed to the model before scoring (1)")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
-                   help="give up waiting for contributors after S seconds (600)")
+                   help="give up waiting for contributors (a secure study: for an open "
+                        "round) after S seconds (600)")
     p = add("round", "take part in the open secure-aggregation round of a study: one noisy "
                      "vector (counts + noise share, drawn once, charged once), masked; the "
                      "coordinator learns only the cohort's sum")

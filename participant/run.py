@@ -3,6 +3,10 @@
 1. Enrol, unless the state directory already is (then the enrolment flags are ignored).
 2. Release once per config version: a pending stored release is re-sent byte for byte; if a
    release under the current config version was already acknowledged, nothing new is drawn.
+   A secure study (``aggregation.mode = "secure"``) releases through a round instead: wait for
+   the admin to open one, take part until the sum is revealed (``participant.secagg_round``).
+   A rerun resumes the round this participant already holds a noisy vector for while it is
+   open, and joins no further round under the same config version.
 3. Wait (polling, bounded) until ``--min-contributors`` participants contributed to the model.
 4. Score the local records and write the score file.
 
@@ -49,6 +53,26 @@ def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float)
             time.sleep(POLL_SECONDS)
 
 
+def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
+                      released: bool, wait: float) -> bool:
+    """Join the open round, or resume the one already joined; False if nothing was left."""
+    from participant.secagg_round import (
+        current_round,
+        ensure_identity,
+        rounds_taken,
+        run_secure_round,
+    )
+
+    ensure_identity(agent)  # before the admin opens a round, or this one is left out
+    if released:
+        state = current_round(agent, study)
+        if (state is None or state.round not in rounds_taken(agent, study)
+                or state.status in ("done", "abandoned")):
+            return False
+    run_secure_round(agent, study, data, options, wait=wait)
+    return True
+
+
 def run_round(agent: Agent, args: argparse.Namespace, options: DataOptions) -> dict[str, object]:
     """Enrol if needed, release at most once per config version, wait, score."""
     if not agent.state.is_enrolled():
@@ -66,7 +90,11 @@ def run_round(agent: Agent, args: argparse.Namespace, options: DataOptions) -> d
     config, _ = agent.fetch_config(args.study)
     released = released_under(agent, args.study, config.version)
     release = {"send_slot": args.send_slot, "approve_schema": args.approve_schema}
-    if not released:
+    if config.aggregation_mode == "secure":
+        released_now = take_secure_round(agent, args.study, args.data, options, released,
+                                         args.wait)
+        released = not released_now
+    elif not released:
         agent.contribute(args.study, args.data, options, **release)
         # a re-sent pending release may have been for this version; release if still not
         if not released_under(agent, args.study, config.version):

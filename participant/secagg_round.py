@@ -100,6 +100,23 @@ def register_identity(agent: Agent, client: CoordinatorClient) -> Ed25519Private
     return key
 
 
+def ensure_identity(agent: Agent) -> None:
+    """Register the long-term identity key (idempotent: the same key again is a no-op)."""
+    with agent.client() as client:
+        register_identity(agent, client)
+
+
+def rounds_taken(agent: Agent, study: str) -> set[int]:
+    """Rounds of ``study`` for which this participant stored a noisy vector."""
+    root = agent.state.study_dir(study) / "rounds"
+    return {int(p.parent.name) for p in root.glob("*/noisy.npy")} if root.is_dir() else set()
+
+
+def current_round(agent: Agent, study: str) -> RoundState | None:
+    with agent.client() as client:
+        return _state(client, study)
+
+
 def _noisy_vector(
     agent: Agent,
     study: str,
