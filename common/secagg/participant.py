@@ -39,7 +39,7 @@ from common.secagg.messages import (
     sign_message,
 )
 from common.secagg.params import AggregationParams
-from common.secagg.shares import open_share, seal_share, split_seed
+from common.secagg.shares import ShareOpenError, open_share, seal_share, split_seed
 
 __all__ = [
     "RoundSecrets",
@@ -292,9 +292,14 @@ def answer_unmask(
         if owner not in inbox:
             raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot unmask")
         key = share_key(secrets.round_key, roster.members[owner], mine, request.round_id)
-        held[owner] = b64e(
-            open_share(key, b64d(inbox[owner]), _share_aad(request.round_id, owner, me))
-        )
+        try:
+            share = open_share(key, b64d(inbox[owner]), _share_aad(request.round_id, owner, me))
+        except ShareOpenError as exc:
+            raise RoundRefused(
+                f"the share of {owner}'s seed does not authenticate for {me} in "
+                f"{request.round_id}: altered, replayed or misrouted"
+            ) from exc
+        held[owner] = b64e(share)
     record(request.attempt)
     body = UnmaskBody(
         **request.ref().model_dump(),

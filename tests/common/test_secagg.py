@@ -12,6 +12,7 @@ from scipy import stats
 from secagg_kit import DIGEST, Cohort
 
 from common.errors import SignatureInvalid
+from common.secagg import participant as p
 from common.secagg import server as s
 from common.secagg.masks import (
     apply_masks,
@@ -23,7 +24,13 @@ from common.secagg.masks import (
     unpack_words,
 )
 from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, sign_message
-from common.secagg.shares import combine_seed, split_seed
+from common.secagg.shares import (
+    ShareOpenError,
+    combine_seed,
+    open_share,
+    seal_share,
+    split_seed,
+)
 
 K = st.sampled_from([17, 19, 32, 63, 64])  # values below span 16 bits + sign
 
@@ -68,11 +75,13 @@ def test_words_pack_to_exactly_k_bits_and_sign_round_trip(k):
             unpack_words(packed[:-1] + bytes([packed[-1] | 0x80]), 5, k)
 
 
-def test_masked_words_the_coordinator_holds_are_uniform():
-    """Whatever the vector (all zeros or a huge constant), the upload's words are uniform
-    mod 2**k: chi-square over 256 bins of the top byte, and the two uploads' distributions
-    cannot be told apart (two-sample test). Thresholds 1e-6: a false alarm is negligible."""
-    cohort = Cohort.make(3, k=16)
+@pytest.mark.parametrize("k", [16, 19])
+def test_masked_words_the_coordinator_holds_are_uniform(k):
+    """Whatever the vector (all zeros or a huge constant), the upload's words (packed to k
+    bits, unpacked as the coordinator does) are uniform mod 2**k: chi-square over 256 bins of
+    the top and the bottom 8 bits, and the two uploads' distributions cannot be told apart
+    (two-sample test). Thresholds 1e-6: a false alarm is negligible."""
+    cohort = Cohort.make(3, k=k)
     cohort.publish()
     cells = 60_000
     zeros = np.zeros(cells, dtype=np.int64)
@@ -81,16 +90,17 @@ def test_masked_words_the_coordinator_holds_are_uniform():
         {"h00": cohort.mask("h00", zeros), "h01": cohort.mask("h01", big)}, cells
     )
     a, b = (accepted[n][1] for n in ("h00", "h01"))
+    top = np.uint64(k - 8)
     for words in (a, b):
-        counts = np.bincount((words >> np.uint64(8)).astype(np.int64), minlength=256)
-        assert stats.chisquare(counts).pvalue > 1e-6
+        counts = np.bincount((words >> top).astype(np.int64), minlength=256)
+        assert counts.size == 256 and stats.chisquare(counts).pvalue > 1e-6
         low = np.bincount((words & np.uint64(255)).astype(np.int64), minlength=256)
         assert stats.chisquare(low).pvalue > 1e-6
-    table = np.vstack([np.bincount((w >> np.uint64(8)).astype(np.int64), minlength=256)
+    table = np.vstack([np.bincount((w >> top).astype(np.int64), minlength=256)
                        for w in (a, b)])
     assert stats.chi2_contingency(table).pvalue > 1e-6
     # the statistic has power: the unmasked vectors are told apart at once
-    assert stats.chisquare(np.bincount(to_words(zeros, 16) >> np.uint64(8), minlength=256)
+    assert stats.chisquare(np.bincount(to_words(zeros, k) >> top, minlength=256)
                            + 1).pvalue < 1e-6
 
 
@@ -101,6 +111,39 @@ def test_seed_shares_recover_with_threshold_and_not_below(threshold, holders):
     assert combine_seed(shares[-threshold:], threshold) == seed
     with pytest.raises(ValueError, match="needed"):
         combine_seed(shares[: threshold - 1], threshold)
+
+
+def test_sealed_shares_are_33_bytes_deterministic_and_bound_to_round_and_holder():
+    key, share = bytes(range(64)), bytes([7]) + bytes(range(16))
+    aad = b"fedod-secagg/share/1\x00s1/1/1\x00h00\x00h01"
+    sealed = seal_share(key, share, aad)
+    assert len(sealed) == 33 and seal_share(key, share, aad) == sealed  # a resend repeats it
+    assert open_share(key, sealed, aad) == share
+    flipped = bytes([sealed[0] ^ 1]) + sealed[1:]
+    for bad_key, bad, bad_aad in ((key, flipped, aad), (bytes(64), sealed, aad),
+                                  (key, sealed, aad.replace(b"h01", b"h02")),
+                                  (key, sealed, aad.replace(b"s1/1/1", b"s1/1/2"))):
+        with pytest.raises(ShareOpenError, match="does not authenticate"):
+            open_share(bad_key, bad, bad_aad)
+
+
+def test_a_misrouted_or_altered_share_is_refused_before_anything_is_recorded():
+    cohort = Cohort.make(3)
+    cohort.publish()
+    accepted = cohort.accept({n: cohort.mask(n, np.ones(2)) for n in cohort.members}, 2)
+    request = cohort.request(accepted)
+    m = cohort.members["h00"]
+    right = {o: body.shares["h00"] for o, (body, _) in accepted.items() if o != "h00"}
+    misrouted = {**right, "h01": accepted["h01"][0].shares["h02"]}  # meant for h02
+    swapped = {"h01": right["h02"], "h02": right["h01"]}
+    recorded: list[int] = []
+    for inbox in (misrouted, swapped):
+        with pytest.raises(RoundRefused, match="does not authenticate for h00"):
+            p.answer_unmask(request, m.roster or cohort.check("h00"), me="h00",
+                            identity=m.identity, secrets=m.secrets, inbox=inbox,
+                            coordinator_key=cohort.coordinator.public_key(),
+                            params=cohort.params, unmasked_attempt=None, record=recorded.append)
+    assert recorded == []
 
 
 def test_member_lost_after_masking_is_recovered_from_shares():
