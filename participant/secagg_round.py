@@ -163,9 +163,25 @@ def _noisy_vector(
     return noisy.astype(np.int64)
 
 
-def _state(client: CoordinatorClient, study: str) -> RoundState | None:
-    resp = client.request("GET", f"/v1/studies/{study}/rounds/current", ok=(200, 404))
-    return RoundState.model_validate_json(resp.text) if resp.status_code == 200 else None
+def _state(
+    client: CoordinatorClient, study: str, rosters: dict[str, SignedMessage] | None = None
+) -> RoundState | None:
+    """The current attempt. With ``rosters`` (digest -> roster already read), the coordinator
+    leaves out the last one read and ``roster`` is filled in from here."""
+    path = f"/v1/studies/{study}/rounds/current"
+    if rosters:
+        path += f"?known_roster={next(reversed(rosters))}"
+    resp = client.request("GET", path, ok=(200, 404))
+    if resp.status_code != 200:
+        return None
+    st = RoundState.model_validate_json(resp.text)
+    if rosters is None:
+        return st
+    if st.roster is not None:
+        rosters[st.roster.digest()] = st.roster
+    elif st.roster_digest in rosters:
+        st = st.model_copy(update={"roster": rosters[st.roster_digest]})
+    return st
 
 
 def _post(
@@ -217,8 +233,9 @@ def run_secure_round(
         rounds_dir = agent.state.study_dir(study) / "rounds"
         give_up = time.monotonic() + wait
         number: int | None = None
+        rosters: dict[str, SignedMessage] = {}
         while True:
-            st = _state(client, study)
+            st = _state(client, study, rosters)
             took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
             if st is None or (number is None and not took_part
                               and st.status not in ("keys", "masking", "unmask")):

@@ -45,9 +45,16 @@ class RoundPublic(BaseModel):
 
 
 class RoundState(RoundPublic):
-    """What a member needs to take its next step (``inbox``: shares sealed for it)."""
+    """What a member needs to take its next step (``inbox``: shares sealed for it).
+
+    ``roster`` is left out (null) when the caller says it already holds the roster whose
+    digest is ``roster_digest`` (``?known_roster=``): a roster is O(n) signed adverts, and a
+    member re-reads the state at every step while it waits for the others."""
 
     roster: SignedMessage | None = None
+    roster_digest: str | None = Field(
+        default=None, description="SHA-256 of this attempt's roster payload (null before it)."
+    )
     request: SignedMessage | None = None
     inbox: dict[str, str] = Field(default_factory=dict)
     done: list[Literal["advert", "masked", "unmask"]] = Field(default_factory=list)

@@ -33,7 +33,11 @@ def round_public(session: Session, rnd: Round) -> RoundPublic:
     )
 
 
-def round_state(session: Session, study: Study, participant: Participant) -> RoundState:
+def round_state(
+    session: Session, study: Study, participant: Participant, known_roster: str | None = None
+) -> RoundState:
+    """The caller's view of the current attempt; the roster itself only if it is not the one
+    the caller says it holds (``known_roster``, a roster digest)."""
     rnd = current(session, study.id)
     public = round_public(session, rnd)
     mine = [
@@ -47,9 +51,12 @@ def round_state(session: Session, study: Study, participant: Participant) -> Rou
             shares = MaskedBody.model_validate_json(signed.payload).shares
             if participant.name in shares:
                 inbox[owner] = shares[participant.name]
+    roster = SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None
+    digest = roster.digest() if roster else None
     return RoundState(
         **public.model_dump(),
-        roster=SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None,
+        roster=None if digest is not None and digest == known_roster else roster,
+        roster_digest=digest,
         request=SignedMessage.model_validate_json(rnd.request) if rnd.request else None,
         inbox=inbox,
         done=mine,  # type: ignore[arg-type]

@@ -70,6 +70,24 @@ def test_full_round_reveals_the_sum_and_charges_each_release_once(client, cohort
     assert all(budget[h.e.name]["epsilon_spent"] == "0.5" for h in hs)
 
 
+def test_a_member_that_holds_the_roster_reads_the_state_without_it(client, cohort):
+    env, hs = cohort()
+    _open(client)
+    h0 = hs[0]
+    assert h0.state().roster_digest is None
+    for h in hs:
+        h.send("keys", h.state(), h.advert(h.state()))
+    full = h0.state()
+    assert full.roster is not None and full.roster_digest == full.roster.digest()
+    path = "/v1/studies/sec/rounds/current?known_roster="
+    r = client.get(path + full.roster_digest, headers=h0.e.headers)
+    assert r.status_code == 200 and r.json()["roster"] is None
+    assert r.json()["roster_digest"] == full.roster_digest and len(r.content) < 2000
+    other = client.get(path + "0" * 64, headers=h0.e.headers).json()  # not the one it holds
+    assert other["roster"] == full.roster.model_dump(mode="json")
+    assert client.get(path + "xyz", headers=h0.e.headers).status_code == 422
+
+
 def test_lost_before_masking_restarts_without_it_and_charges_once(client, cohort):
     env, hs = cohort()
     _open(client)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from common.secagg.messages import SignedMessage
 from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
@@ -52,10 +52,19 @@ def list_rounds(study: StudyReader, session: SessionDep) -> list[RoundPublic]:
 
 @router.get("/studies/{study_id}/rounds/current")
 def current_round(
-    study: StudyMember, participant: CurrentParticipant, session: SessionDep
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    known_roster: Annotated[
+        str | None,
+        Query(
+            pattern=r"^[0-9a-f]{64}$",
+            description="Digest of the roster the caller already holds: it is then left out.",
+        ),
+    ] = None,
 ) -> RoundState:
     """The current attempt, with the roster, unmask request and shares sealed for the caller."""
-    return round_views.round_state(session, study, participant)
+    return round_views.round_state(session, study, participant, known_roster)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/advance")
