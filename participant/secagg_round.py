@@ -2,8 +2,9 @@
 
 Order of operations (each step durable before the next)::
 
-    verify config ─► local ledger check + reserve (before any noise) ─► exact counts, clipped
-    to the public max_records ─► noisy vector = counts + noise share, drawn ONCE, stored
+    verify config ─► local ledger check + reserve (before any noise) ─► exact counts (LSH
+    tables, then the dense grid if the study has one), clipped to the public max_records ─►
+    noisy vector = counts + a noise share per part (common.secagg.vector), drawn ONCE, stored
     (rounds/<n>/noisy.npy) ─► per attempt: fresh X25519 keys (stored) ─► signed advert ─►
     verify roster ─► masked vector stored, then posted (retries send the same bytes) ─►
     unmask answer only under the rules of common.secagg.participant, its attempt recorded
