@@ -104,7 +104,7 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
                          "FEDOD_PARTICIPANT_TOKEN")
     e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
                     delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
-    from participant.secagg_round import ensure_identity
+    from participant.round_files import ensure_identity
 
     ensure_identity(agent)  # the long-term identity key for secure rounds
     _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,

@@ -56,12 +56,8 @@ def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float)
 def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
                       released: bool, wait: float) -> bool:
     """Join the open round, or resume the one already joined; False if nothing was left."""
-    from participant.secagg_round import (
-        current_round,
-        ensure_identity,
-        rounds_taken,
-        run_secure_round,
-    )
+    from participant.round_files import ensure_identity, rounds_taken
+    from participant.secagg_round import current_round, run_secure_round
 
     ensure_identity(agent)  # before the admin opens a round, or this one is left out
     if released:

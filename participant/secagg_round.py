@@ -18,28 +18,24 @@ without a particular sampler; the default is :func:`common.noise.sample_noise_sh
 from __future__ import annotations
 
 import functools
-import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
-from common.secagg.messages import RoundRef, SignedMessage, b64e
+from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.schemas import RoundState
 from common.secagg.vector import NoiseShare, noisy_secure_vector
-from common.signing import load_private_key, save_private_key
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
 from participant.contribute import exact_histograms
+from participant.round_files import RoundFiles, register_identity
 from participant.state import write_private
 
 Stop = Literal["keys", "masked"] | None
@@ -55,62 +51,6 @@ def default_noise_share(
 
 class RoundAbandoned(Conflict):
     """The round ended without a revealed sum (too many dropouts), or left us out."""
-
-
-@dataclass
-class RoundFiles:
-    """rounds/<number>/ in the study's state directory (0700 dir, 0600 files)."""
-
-    root: Path
-
-    def secrets(self, attempt: int) -> proto.RoundSecrets:
-        path = self.root / f"attempt-{attempt}.keys"
-        if not path.exists():
-            write_private(path, proto.RoundSecrets.generate().to_bytes())
-        return proto.RoundSecrets.from_bytes(path.read_bytes())
-
-    def unmasked(self) -> int | None:
-        path = self.root / "unmasked"
-        return int(path.read_text()) if path.exists() else None
-
-    def record_unmasked(self, attempt: int) -> None:
-        write_private(self.root / "unmasked", str(attempt).encode())
-
-    def message(self, name: str, make: Callable[[], SignedMessage]) -> SignedMessage:
-        """A stored message, made and stored (fsync) first if absent: retries resend it."""
-        path = self.root / name
-        if not path.exists():
-            write_private(path, make().model_dump_json().encode())
-        return SignedMessage.model_validate_json(path.read_bytes())
-
-
-def identity_key(agent: Agent) -> Ed25519PrivateKey:
-    """The participant's long-term Ed25519 identity key (created once, 0600)."""
-    path = agent.state.root / "identity_key.pem"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        save_private_key(Ed25519PrivateKey.generate(), tmp)
-        tmp.replace(path)
-    return load_private_key(path)
-
-
-def register_identity(agent: Agent, client: CoordinatorClient) -> Ed25519PrivateKey:
-    key = identity_key(agent)
-    body = json.dumps({"public_key": b64e(proto.raw_public(key))}).encode()
-    client.request("POST", "/v1/me/identity-key", content=body)
-    return key
-
-
-def ensure_identity(agent: Agent) -> None:
-    """Register the long-term identity key (idempotent: the same key again is a no-op)."""
-    with agent.client() as client:
-        register_identity(agent, client)
-
-
-def rounds_taken(agent: Agent, study: str) -> set[int]:
-    """Rounds of ``study`` for which this participant stored a noisy vector."""
-    root = agent.state.study_dir(study) / "rounds"
-    return {int(p.parent.name) for p in root.glob("*/noisy.npy")} if root.is_dir() else set()
 
 
 def current_round(agent: Agent, study: str) -> RoundState | None:

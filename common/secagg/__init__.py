@@ -2,6 +2,8 @@
 
 Modules: :mod:`.params` (signed cohort parameters, h_min, threshold, word size),
 :mod:`.masks` (X25519 + HKDF seeds, ChaCha20 masks mod 2**k), :mod:`.shares` (Shamir shares of
-self-mask seeds, sealed per holder), :mod:`.messages` (signed round messages),
+self-mask seeds, sealed per holder), :mod:`.keys` (per-attempt secrets, share-sealing keys),
+:mod:`.vector` (the summed vector: LSH tables, then the dense grid), :mod:`.messages` (signed
+round messages),
 :mod:`.participant` and :mod:`.server` (the two sides' checks and computations).
 """
