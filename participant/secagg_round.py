@@ -75,6 +75,13 @@ def _noisy_vector(
         return stored
     key = f"secagg-{study}-{number}"
     enrolment = agent.state.load_enrolment()
+    if options.rows_per_id:
+        raise ConfigError("--rows-per-id is not supported in a secure round: the noise share "
+                          "is sized for one row per person. Deduplicate the file to one row "
+                          "per person, or use a study with independent noise")
+    # The same checks as an independent release, before the ledger reserves anything:
+    # per-release ceiling, column roles, approved schema, clipping policy.
+    source = agent._checked_source(study, data, options, config, enrolment, False)
     with agent.ledger() as ledger:
         known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
         if not known:
@@ -88,7 +95,6 @@ def _noisy_vector(
             )
         elif known[0].status == "abandoned":
             ledger.check(config.release_cost(), enrolment.cap)
-        source = options.source(data, config)
         exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
                                  dense_grid=True)
         if source.report.rows == 0:

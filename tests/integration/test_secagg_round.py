@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from common.encoding import decode_counts
+from participant.cli import EXIT_CONFIG
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]
@@ -181,3 +182,21 @@ def test_too_many_lost_abandons_and_reveals_nothing(cohort):
         assert code == 7 and "abandoned" in out, out
     model, _ = c.model()
     assert model["version"] == 0
+
+
+def test_rows_per_id_is_refused_in_a_secure_round_before_anything_is_charged(cohort, tmp_path):
+    c = cohort("sa-rpi")
+    name = c.names[0]
+    data = tmp_path / "with-id.csv"
+    data.write_text("pid,x0,x1,x2,x3\n"
+                    + "\n".join(f"p{i % 5},0.1,0.2,0.3,0.4" for i in range(20)) + "\n")
+    done = subprocess.run(
+        cli(c.states[name], "run", c.study, str(data), "--id-column", "pid",
+            "--rows-per-id", "2", "--output", str(tmp_path / "out.csv"), "--wait", "120"),
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == EXIT_CONFIG, done.stdout + done.stderr
+    assert "--rows-per-id is not supported in a secure round" in done.stderr
+    ledger = subprocess.run(cli(c.states[name], "ledger", "--json"), capture_output=True,
+                            text=True, timeout=60)
+    assert json.loads(ledger.stdout)["entries"] == []
+    assert c.spent(name) == "0"
