@@ -28,6 +28,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, bindparam, text
 
 from coordinator.models import UTCDateTime, utcnow
+from coordinator.services import driver_sql
 from coordinator.services.charge import Release, Stored
 
 LOCK = text(
@@ -78,10 +79,12 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     r = release
     now = utcnow()
     ids = {"pid": r.participant_id, "sid": r.study_id, "now": now}
-    version = conn.execute(LOCK, {"eps": r.eps_units, "delta": r.delta_units, **ids}).scalar()
-    if version is None:
+    locked = driver_sql.fetch(conn, LOCK, {"eps": r.eps_units, "delta": r.delta_units, **ids})
+    if not locked:
         return None
-    contribution_id, config_version, config_digest = conn.execute(
+    version = locked[0][0]
+    [(contribution_id, config_version, config_digest)] = driver_sql.fetch(
+        conn,
         STORE,
         {
             **ids,
@@ -95,7 +98,7 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
             "model_version": version,
             "kind": "lsh" if r.grid_payload is None else "lsh+grid",
         },
-    ).one()
+    )
     check(config_version, config_digest)
     return Stored(
         contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version

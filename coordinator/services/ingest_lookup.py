@@ -18,6 +18,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from common.budget import PrivacyBudget
 from coordinator.models import Contribution, Member, Participant, Study
+from coordinator.services import driver_sql
 from coordinator.services.participants import hash_token
 
 LOOKUP = (
@@ -87,7 +88,8 @@ class IngestCaller:
 def lookup(conn: Connection, token: str, study_id: str, key: str) -> IngestCaller | None:
     """The caller holding ``token`` (active or not) with the study and key, or None."""
     digest = hash_token(token)
-    row = conn.execute(LOOKUP, {"hash": digest, "sid": study_id, "key": key}).first()
+    rows = driver_sql.fetch(conn, LOOKUP, {"hash": digest, "sid": study_id, "key": key})
+    row = rows[0] if rows else None  # token_hash is unique; the joins add at most one row
     if row is None or not hmac.compare_digest(row[2], digest):
         return None
     (pid, name, _, active, eps_spent, delta_spent, eps_cap, delta_cap,
