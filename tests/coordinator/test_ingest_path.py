@@ -22,16 +22,6 @@ from coordinator.services.studies import resign_all
 URL = "/v1/studies/s1/contributions"
 
 
-@pytest.fixture
-def h1(make_participant):
-    return make_participant("h1", epsilon_cap="1")
-
-
-@pytest.fixture
-def signed(make_study, h1):
-    return make_study("s1", members=[h1])
-
-
 def during_decoding(monkeypatch, action):
     """Run ``action()`` once, after the route's read and before its write."""
     real = contributions.decode_release
