@@ -5,8 +5,8 @@ study, read with the caller in the route's one query, ``services.ingest_lookup``
 version and digest, claimed cost, budget (all before the body is decoded), then decoding and
 the digest of the counts, then one short write transaction (``services.charge``, on
 PostgreSQL ``services.charge_pg``: their locks make budget, replacement and config checks
-exact under any number of workers). The sums are not touched here: they are folded from the stored
-contributions when the model is read (``services.aggregate.fold``).
+exact under any number of workers). The sums are not touched here: they are folded from the
+stored contributions when the model is read (``services.aggregate.fold``).
 """
 
 from __future__ import annotations
