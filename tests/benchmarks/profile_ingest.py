@@ -6,7 +6,9 @@ Per stage (median of ``--repeat`` runs, milliseconds): JSON parse + schema valid
 a bare FastAPI endpoint also does), the replay digest, base64, zlib inflate, SHA-256 and the
 full ``decode_release``; then the whole request through the real app (TestClient, SQLite
 file or a private schema of the PostgreSQL test database) with the SQL statements it runs
-besides BEGIN, counted by an engine event. ``--cprofile N`` prints the N functions with the
+besides BEGIN, counted by an engine event (SQLite only: on PostgreSQL the hot statements run on
+the driver cursor, which the engine's events do not see; ``coordinator.services.charge_pg``
+lists them). ``--cprofile N`` prints the N functions with the
 most cumulative time in the route's work (the thread-pool part of each request).
 """
 
@@ -112,7 +114,8 @@ def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> Non
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(top)
     cells = config.lsh_cells
     print(f"| {tables} ({cells}) | {len(raw) // 1024} | "
-          + " | ".join(f"{v:.2f}" for v in stages.values()) + f" | {per_request:.0f} |")
+          + " | ".join(f"{v:.2f}" for v in stages.values())
+          + (" | - |" if db_url else f" | {per_request:.0f} |"))
 
 
 def main() -> None:
