@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from coordinator.config import Settings
 from coordinator.keys import KeyStore
 from coordinator.models import Member, Participant, Study
+from coordinator.services.ingest_lookup import IngestCaller, lookup
 from coordinator.services.participants import authenticate
 
 bearer = HTTPBearer(auto_error=False, description="Participant credential or admin token")
@@ -96,12 +97,13 @@ def require_admin(caller: CallerDep) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this endpoint needs the admin token")
 
 
+NOT_PARTICIPANT = "this endpoint needs a participant credential"
+
+
 def require_participant(caller: CallerDep) -> Participant:
     """A participant credential; the admin token gets 403."""
     if caller.participant is None:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN, "this endpoint needs a participant credential"
-        )
+        raise HTTPException(status.HTTP_403_FORBIDDEN, NOT_PARTICIPANT)
     return caller.participant
 
 
@@ -109,10 +111,20 @@ AdminDep = Annotated[None, Depends(require_admin)]
 CurrentParticipant = Annotated[Participant, Depends(require_participant)]
 
 
+def _no_study(study_id: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no study {study_id!r}")
+
+
+def _not_member(name: str, study_id: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_403_FORBIDDEN, f"participant {name!r} is not a member of study {study_id!r}"
+    )
+
+
 def _study_or_404(session: Session, study_id: str) -> Study:
     study = session.get(Study, study_id)
     if study is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study {study_id!r}")
+        raise _no_study(study_id)
     return study
 
 
@@ -123,10 +135,7 @@ def _check_member(session: Session, study: Study, participant: Participant) -> N
         )
     )
     if found is None:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"participant {participant.name!r} is not a member of study {study.id!r}",
-        )
+        raise _not_member(participant.name, study.id)
 
 
 def study_reader(study_id: str, session: SessionDep, caller: CallerDep) -> Study:
@@ -146,3 +155,27 @@ def study_member(study_id: str, session: SessionDep, participant: CurrentPartici
 
 StudyReader = Annotated[Study, Depends(study_reader)]
 StudyMember = Annotated[Study, Depends(study_member)]
+
+
+def ingest_caller(
+    session: Session, settings: Settings, creds: Credentials, study_id: str, key: str
+) -> IngestCaller:
+    """The contribution route's ``CurrentParticipant`` + ``StudyMember`` in one query.
+
+    The same checks in the same order with the same answers (401 unknown or revoked
+    credential, 403 admin token, 404 unknown study, 403 not a member), and the previous use
+    of the idempotency key ``key`` read with them (``services.ingest_lookup``).
+    """
+    token = creds.credentials if creds else None
+    if is_admin_token(settings, token):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, NOT_PARTICIPANT)
+    caller = lookup(session.connection(), token, study_id, key) if token else None
+    if caller is None:
+        raise _unauthorized()
+    if not caller.active:
+        raise _unauthorized(f"participant {caller.name!r} was revoked")
+    if caller.study_id is None:
+        raise _no_study(study_id)
+    if not caller.member:
+        raise _not_member(caller.name, study_id)
+    return caller

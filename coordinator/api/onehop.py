@@ -3,8 +3,9 @@
 FastAPI runs every synchronous dependency in the thread pool on its own (the session
 generator twice, settings, caller, participant, study: 7 hops of about 55 us CPU and 185 us
 wall each on the reference machine). The two hot routes (contribution ingest, model read)
-call the same dependency functions of ``coordinator.api.deps`` - the permission checks live
-there, unchanged - inside the single hop this module gives them.
+call the permission functions of ``coordinator.api.deps`` - the checks live there; ingest's
+``ingest_caller`` makes the same checks from one query - inside the single hop this module
+gives them.
 """
 
 from __future__ import annotations

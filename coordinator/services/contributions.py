@@ -1,11 +1,12 @@
 """Contributions: validate everything, then store + charge + count in one transaction.
 
-Order of work, cheapest refusal first: idempotent replay (one indexed lookup, keys scoped per
-participant and study), config version and digest, claimed cost, budget (all before the body
-is decoded), then decoding and the digest of the counts, then one short write transaction
-(``services.charge``: its locks make budget, replacement and config checks exact under any
-number of workers). The sums are not touched here: they are folded from the stored
-contributions when the model is read (``services.aggregate.fold``).
+Order of work, cheapest refusal first: idempotent replay (keys scoped per participant and
+study, read with the caller in the route's one query, ``services.ingest_lookup``), config
+version and digest, claimed cost, budget (all before the body is decoded), then decoding and
+the digest of the counts, then one short write transaction (``services.charge``, on
+PostgreSQL ``services.charge_pg``: their locks make budget, replacement and config checks
+exact under any number of workers). The sums are not touched here: they are folded from the
+stored contributions when the model is read (``services.aggregate.fold``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from common.errors import (
     SchemaMismatch,
 )
 from common.schemas import ContributionCreate
-from coordinator.models import Contribution, Participant, Study
-from coordinator.services import charge
+from coordinator.models import Contribution, Participant
+from coordinator.services import charge, charge_pg
 from coordinator.services.aggregate import Decoded, decode_vector
 from coordinator.services.charge import Stored
-from coordinator.services.studies import study_config
+from coordinator.services.ingest_lookup import IngestCaller
+from coordinator.services.studies import parse_config
 
 log = logging.getLogger("fedod.contributions")
 
@@ -63,21 +65,16 @@ def request_digest(body: ContributionCreate) -> str:
     return hashlib.sha256(body.model_dump_json(exclude=exclude).encode()).hexdigest()
 
 
-def _previous(
-    session: Session, participant_id: int, study_id: str, key: str
-) -> Contribution | None:
-    found, _ = charge.previous(session.connection(), participant_id, study_id, key)
-    return session.get(Contribution, found) if found else None
-
-
-def _replay(previous: Contribution, digest: str) -> Outcome:
-    if not hmac.compare_digest(previous.request_sha256, digest):
+def _replay(session: Session, previous: int, previous_sha256: str, digest: str) -> Outcome:
+    if not hmac.compare_digest(previous_sha256, digest):
         raise IdempotencyConflict(
-            f"idempotency key already used (contribution {previous.id}) for a different "
+            f"idempotency key already used (contribution {previous}) for a different "
             "payload; a retry must resend exactly the same release",
-            contribution=previous.id,
+            contribution=previous,
         )
-    return Outcome(previous, replay=True)
+    stored = session.get(Contribution, previous)
+    assert stored is not None, "a stored contribution is never deleted"
+    return Outcome(stored, replay=True)
 
 
 def _check_config(study_id: str, version: int, digest: str, body: ContributionCreate) -> None:
@@ -108,7 +105,9 @@ def _check_cost(config: StudyConfig, body: ContributionCreate) -> PrivacyBudget:
     return cost
 
 
-def _over_budget(participant: Participant, cost: PrivacyBudget) -> BudgetExceeded | None:
+def _over_budget(
+    participant: Participant | IngestCaller, cost: PrivacyBudget
+) -> BudgetExceeded | None:
     """The refusal when ``cost`` does not fit (a sum past the exact range never fits)."""
     spent, cap = participant.spent, participant.cap
     try:
@@ -146,62 +145,66 @@ def decode_release(
 
 
 def submit(
-    session: Session,
-    participant: Participant,
-    study: Study,
-    body: ContributionCreate,
-    *,
-    max_decoded_bytes: int,
+    session: Session, caller: IngestCaller, body: ContributionCreate, *, max_decoded_bytes: int
 ) -> Outcome:
-    """Validate a release fully (budget before decoding), then store and charge it atomically."""
+    """Validate a release fully (budget before decoding), then store and charge it atomically.
+
+    ``caller`` is the route's one read (``services.ingest_lookup``), done in the session's
+    open transaction; on SQLite that transaction is ended before decoding (it holds the
+    database's write lock), on PostgreSQL it goes on into the write (no lock is held yet, and
+    each statement reads a fresh snapshot at READ COMMITTED).
+    """
+    assert caller.study_id is not None
     digest = request_digest(body)
-    previous = _previous(session, participant.id, study.id, body.idempotency_key)
-    if previous is not None:
-        return _replay(previous, digest)
-    _check_config(study.id, study.config_version, study.config_digest, body)
-    config = study_config(study)
+    if caller.previous_id:
+        return _replay(session, caller.previous_id, caller.previous_sha256, digest)
+    _check_config(caller.study_id, caller.config_version, caller.config_digest, body)
+    config = parse_config(caller.config_payload)
     if config.aggregation_mode == "secure":
         raise ConfigVersionConflict(
-            f"study {study.id!r} uses secure aggregation: releases go through its rounds "
-            "(fedod-participant round), not single contributions"
+            f"study {caller.study_id!r} uses secure aggregation: releases go through its "
+            "rounds (fedod-participant round), not single contributions"
         )
     cost = _check_cost(config, body)
-    refusal = _over_budget(participant, cost)
+    refusal = _over_budget(caller, cost)
     if refusal is not None:
         raise refusal
-    name, eps_delta = participant.name, cost.to_units()
     release = charge.Release(
-        participant.id,
-        study.id,
+        caller.participant_id,
+        caller.study_id,
         body.idempotency_key,
         digest,
         body.config_version,
-        *eps_delta,
+        *cost.to_units(),
         body.lsh.model_dump_json(),
         body.grid.model_dump_json() if body.grid is not None else None,
     )
-    session.rollback()  # end the read transaction (SQLite: the write lock) before decoding
+    conn = session.connection()
+    postgres = conn.dialect.name == "postgresql"
+    if not postgres:
+        session.rollback()  # end the read transaction (SQLite: the write lock) before decoding
     decode_release(config, body, max_decoded_bytes)
 
     def check(version: int, config_digest: str) -> None:
         _check_config(release.study_id, version, config_digest, body)
 
     try:
-        stored = charge.store(session.connection(), release, check)
+        write = charge_pg.store if postgres else charge.store
+        stored = write(session.connection(), release, check)
         if stored is None:
             return _refuse_charge(session, release, cost)
         session.commit()
     except IntegrityError:
         session.rollback()
-        previous = _previous(
-            session, release.participant_id, release.study_id, body.idempotency_key
+        found, sha = charge.previous(
+            session.connection(), release.participant_id, release.study_id, body.idempotency_key
         )
-        if previous is None:
+        if not found:
             raise
-        return _replay(previous, digest)
+        return _replay(session, found, sha, digest)
     log.info(
         "contribution stored",
-        extra={"study": stored.study_id, "participant": name, "id": stored.id},
+        extra={"study": stored.study_id, "participant": caller.name, "id": stored.id},
     )
     return Outcome(stored, replay=False)
 
@@ -210,10 +213,13 @@ def _refuse_charge(session: Session, release: charge.Release, cost: PrivacyBudge
     """Why the conditional charge matched no row: a replay that won the race, revoked, or over."""
     participant = session.get(Participant, release.participant_id, populate_existing=True)
     key = release.idempotency_key
-    previous = _previous(session, release.participant_id, release.study_id, key)
+    found, sha = charge.previous(session.connection(), release.participant_id, release.study_id,
+                                 key)
+    if found:
+        outcome = _replay(session, found, sha, release.request_sha256)
+        session.commit()
+        return outcome
     session.commit()  # nothing was written; the loaded rows stay readable
-    if previous is not None:
-        return _replay(previous, release.request_sha256)
     assert participant is not None
     if not participant.active:
         raise ParticipantRevoked(f"participant {participant.name!r} was revoked")

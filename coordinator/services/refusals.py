@@ -11,13 +11,13 @@ from coordinator.models import Participant, RefusedAttempt
 
 
 def record_refusal(
-    session: Session, participant: Participant, study_id: str, asked: PrivacyBudget,
+    session: Session, participant_id: int, study_id: str, asked: PrivacyBudget,
     error: BudgetExceeded,
 ) -> None:
     """Store one refused attempt in its own transaction (the release's was rolled back)."""
     session.rollback()
     eps, delta = asked.to_units()
-    session.add(RefusedAttempt(participant_id=participant.id, study_id=study_id,
+    session.add(RefusedAttempt(participant_id=participant_id, study_id=study_id,
                                eps_units=eps, delta_units=delta, reason=error.message[:256]))
     session.commit()
 

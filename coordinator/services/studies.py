@@ -23,13 +23,14 @@ log = logging.getLogger("fedod.studies")
 
 
 @lru_cache(maxsize=256)
-def _parse_config(payload: str) -> StudyConfig:
+def parse_config(payload: str) -> StudyConfig:
+    """A stored config payload, parsed once per payload and process."""
     return StudyConfig.model_validate_json(payload)
 
 
 def study_config(study: Study) -> StudyConfig:
     """The study's current config (parsed once per payload and process)."""
-    return _parse_config(study.config_payload)
+    return parse_config(study.config_payload)
 
 
 def signed_config(study: Study) -> SignedConfig:

@@ -9,8 +9,10 @@ contributions/s and model GETs/s of the coordinator and of the bare server (same
 bytes; the bare GET serves a body of the coordinator model's size), their ratio, and the
 server CPU per request of both (so a loaded machine or the client cannot fake the ratio).
 The load client is a raw keep-alive HTTP/1.1 client on asyncio streams with prebuilt request
-bytes (its CPU per request is printed), not httpx. Both servers run through
-``coordinator.serve`` (uvicorn with TCP_NODELAY on multi-worker sockets; without it every
+bytes, not httpx, spread over ``--client-processes`` forked processes (2) so that one client
+event loop cannot cap the bare server's rate; its CPU per request is printed, and a dropped
+connection is counted (as status 0 in "non-2xx") and reopened. Both servers run through
+``coordinator.server.run`` (uvicorn with TCP_NODELAY on multi-worker sockets; without it every
 response of either server stalled 40 ms and the ratio measured that stall).
 ``N`` is reached fast by inserting contributions of an all-zero release straight into the
 tables (their sum is zero, so the stored snapshot stays exact): real rows in every table and
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import socket
@@ -106,34 +109,67 @@ def http_request(method: str, path: str, port: int, token: str, body: bytes = b"
 
 
 async def _connection(port: int, requests: list[bytes], statuses: dict[int, int]) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        for raw in requests:
-            writer.write(raw)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head[9:12])
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            await reader.readexactly(length)
-            statuses[status] = statuses.get(status, 0) + 1
-    finally:
-        writer.close()
+    """Send ``requests`` in order on one keep-alive connection; a dropped connection is
+    counted (status 0) and reopened, so one reset does not end the run."""
+    pending = list(reversed(requests))
+    while pending:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            statuses[0] = statuses.get(0, 0) + 1
+            pending.pop()
+            continue
+        try:
+            while pending:
+                writer.write(pending[-1])
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head[9:12])
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+                statuses[status] = statuses.get(status, 0) + 1
+                pending.pop()
+        except (OSError, asyncio.IncompleteReadError):
+            statuses[0] = statuses.get(0, 0) + 1
+            pending.pop()  # not retried: a lost contribution may have been stored
+        finally:
+            writer.close()
 
 
-def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
-    """Send each list on its own keep-alive connection; rate, statuses, CPU per request."""
+def _client(port: int, per_connection: list[list[bytes]]) -> dict:
+    """One client process: its connections on one event loop; its own clock and CPU."""
     statuses: dict[int, int] = {}
-    n = sum(map(len, per_connection))
 
     async def run() -> None:
         await asyncio.gather(*(_connection(port, reqs, statuses) for reqs in per_connection))
 
-    cpu0, client0, start = group_cpu(pgid), time.process_time(), time.perf_counter()
+    cpu, start = time.process_time(), time.monotonic()
     asyncio.run(run())
-    elapsed = time.perf_counter() - start
-    return {"rate": n / elapsed, "statuses": statuses,
-            "server_ms": 1000 * (group_cpu(pgid) - cpu0) / n,
-            "client_ms": 1000 * (time.process_time() - client0) / n}
+    return {"statuses": statuses, "start": start, "end": time.monotonic(),
+            "cpu": time.process_time() - cpu}
+
+
+CLIENT_PROCESSES = 2
+
+
+def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
+    """Send each list on its own keep-alive connection from ``CLIENT_PROCESSES`` forked
+    client processes; rate (all requests over first start to last end, one system-wide
+    monotonic clock), statuses, server and client CPU per request."""
+    n = sum(map(len, per_connection))
+    procs = min(CLIENT_PROCESSES, len(per_connection))
+    shares = [per_connection[i::procs] for i in range(procs)]
+    cpu0 = group_cpu(pgid)
+    with multiprocessing.get_context("fork").Pool(procs) as pool:
+        parts = pool.starmap(_client, [(port, share) for share in shares])
+    server_cpu = group_cpu(pgid) - cpu0
+    statuses: dict[int, int] = {}
+    for part in parts:
+        for status, count in part["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + count
+    elapsed = max(p["end"] for p in parts) - min(p["start"] for p in parts)
+    return {"rate": n / elapsed, "statuses": statuses, "server_ms": 1000 * server_cpu / n,
+            "client_ms": 1000 * sum(p["cpu"] for p in parts) / n}
 
 
 class Coordinator:
@@ -271,6 +307,7 @@ def row(db: str, label: str, merged: int, r: dict) -> str:
 
 
 def main() -> None:
+    global CLIENT_PROCESSES
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"])
@@ -279,13 +316,16 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="add m=100 x 65,536-record tables")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=8, help="keep-alive connections")
+    parser.add_argument("--client-processes", type=int, default=CLIENT_PROCESSES,
+                        help="client processes the connections are spread over")
     parser.add_argument("--posts", type=int, default=320, help="contributions per phase (m=100)")
     parser.add_argument("--gets", type=int, default=400)
     args = parser.parse_args()
+    CLIENT_PROCESSES = args.client_processes
     tmp = Path(tempfile.mkdtemp())
     os.environ["BENCH_MODEL_DIR"] = str(MODEL_DIR)
     bport = free_port()
-    launch = (f"from coordinator import serve; serve.run('bench_coordinator:bare_app', "
+    launch = (f"from coordinator import server; server.run('bench_coordinator:bare_app', "
               f"port={bport}, workers={args.workers}, log_level='warning', access_log=False)")
     bare = subprocess.Popen([sys.executable, "-c", launch], start_new_session=True,
                             cwd=Path(__file__).parent,

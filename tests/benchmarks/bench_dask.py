@@ -3,13 +3,15 @@ vs Dask on 1 and 2 workers, scaling with the partition count, and a paper estima
 records on many machines.
 
 Run: ``.venv/bin/python tests/benchmarks/bench_dask.py [--rows 10000000] [--files 16]
-[--scaling 4,16,64] [--score]``
+[--scaling 4,16,64] [--score] [--root DIR]``
 
-Generates (once) ``/tmp/fedod-bench/dask_<rows>x<features>_<files>/part-*.parquet`` in
-bounded memory. Every measurement runs in a fresh child process (the client; Dask workers are
-its LocalCluster's own processes) and reads the whole dataset, checks every value against the
-study's public bounds, hashes every record with the study's 100 LSH tables and counts a dense
-4-feature grid, exactly as ``fedod-participant contribute`` does. It prints records/s, the
+Generates (once) ``DIR/dask_<rows>x<features>_<files>/part-*.parquet`` in bounded memory
+(``DIR`` defaults to ``/tmp/fedod-bench``; 50M x 20 records take about 8 GB per partition
+count, so put them on a disk with room). Every measurement runs in a fresh child process
+(the client; Dask workers are its LocalCluster's own processes) and reads the whole
+dataset, checks every value against the study's public bounds, hashes every record with the
+study's 100 LSH tables and counts a dense 4-feature grid, exactly as
+``fedod-participant contribute`` does. It prints records/s, the
 client's peak RSS and every worker's peak RSS (``VmHWM`` read inside the worker), then the
 per-partition cost measured on one worker and the estimate derived from it. ``--score`` also
 times scoring (in-process vs Dask on 2 workers, both writing Parquet).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +34,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_participant import ROOT, study, vmhwm  # noqa: E402
+
+ROOT = Path(os.environ.get("FEDOD_BENCH_DIR", str(ROOT)))  # --root, inherited by the children
 
 
 def dataset(rows: int, features: int, files: int) -> Path:
@@ -169,6 +174,7 @@ def estimate(per_partition: float, rows_per_partition: int, cells: int,
 
 
 def main() -> int:
+    global ROOT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--features", type=int, default=20)
@@ -176,6 +182,8 @@ def main() -> int:
     parser.add_argument("--scaling", default="4,16,64",
                         help="partition counts for the scaling run on 2 workers")
     parser.add_argument("--score", action="store_true", help="also time scoring")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="where the generated datasets go (default: %(default)s)")
     parser.add_argument("--child", nargs=5, metavar=("KIND", "DIR", "F", "W", "SCORE"))
     args = parser.parse_args()
     if args.child:
@@ -183,6 +191,8 @@ def main() -> int:
         print(json.dumps(child(kind, Path(folder), int(features), int(workers),
                                score == "1")))
         return 0
+    ROOT = args.root
+    os.environ["FEDOD_BENCH_DIR"] = str(ROOT)
     t0 = time.perf_counter()
     study_file(args.features)
     folder = dataset(args.rows, args.features, args.files)

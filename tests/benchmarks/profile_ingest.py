@@ -1,18 +1,25 @@
 """Where one contribution's time goes on the coordinator, stage by stage, in one process.
 
-Run: ``.venv/bin/python tests/benchmarks/profile_ingest.py [--tables 100 1000] [--large]``.
+Run: ``.venv/bin/python tests/benchmarks/profile_ingest.py [--tables 100 1000] [--large]
+[--db sqlite|postgres] [--cprofile N]``.
 Per stage (median of ``--repeat`` runs, milliseconds): JSON parse + schema validation (what
 a bare FastAPI endpoint also does), the replay digest, base64, zlib inflate, SHA-256 and the
 full ``decode_release``; then the whole request through the real app (TestClient, SQLite
-file) with the SQL statements it runs besides BEGIN, counted by an engine event.
+file or a private schema of the PostgreSQL test database) with the SQL statements it runs
+besides BEGIN, counted by an engine event (SQLite only: on PostgreSQL the hot statements run on
+the driver cursor, which the engine's events do not see; ``coordinator.services.charge_pg``
+lists them). ``--cprofile N`` prints the N functions with the
+most cumulative time in the route's work (the thread-pool part of each request).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import cProfile
 import hashlib
 import json
+import pstats
 import secrets
 import statistics
 import sys
@@ -26,13 +33,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from common.schemas import ContributionCreate
+from coordinator.api import onehop
 from coordinator.config import Settings
 from coordinator.main import create_app
 from coordinator.models import Base
 from coordinator.services.contributions import decode_release, request_digest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import CoordinatorKit  # noqa: E402
+from conftest import CoordinatorKit, _schema_url  # noqa: E402
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -44,10 +52,20 @@ def median_ms(fn, repeat: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def profile(tables: int, sample: int, repeat: int) -> None:
+def _profiled(profiler: cProfile.Profile):  # type: ignore[no-untyped-def]
+    """``run_in_threadpool`` that profiles the function it runs (one thread at a time)."""
+    from starlette.concurrency import run_in_threadpool
+
+    async def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return await run_in_threadpool(profiler.runcall, fn, *args, **kwargs)
+
+    return run
+
+
+def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> None:
     tmp = Path(tempfile.mkdtemp())
     token = secrets.token_urlsafe(32)
-    app = create_app(Settings(admin_token=token, database_url=f"sqlite:///{tmp / 'c.db'}",
+    app = create_app(Settings(admin_token=token, database_url=db_url or f"sqlite:///{tmp}/c.db",
                               data_dir=tmp, log_level="WARNING", max_body_bytes=2**25))
     Base.metadata.create_all(app.state.engine)
     statements = [0]
@@ -83,15 +101,21 @@ def profile(tables: int, sample: int, repeat: int) -> None:
                   for _ in range(repeat)]
         c.post("/v1/studies/p/contributions", content=bodies.pop(), headers=headers)
         statements[0] = 0
+        profiler = cProfile.Profile(time.process_time)  # CPU, not waiting
+        if top:
+            onehop.run_in_threadpool = _profiled(profiler)
         start = time.perf_counter()
         for b in bodies:
             assert c.post("/v1/studies/p/contributions", content=b, headers=headers).is_success
         stages["whole request"] = 1000 * (time.perf_counter() - start) / len(bodies)
         per_request = statements[0] / len(bodies)
     app.state.engine.dispose()
+    if top:
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(top)
     cells = config.lsh_cells
     print(f"| {tables} ({cells}) | {len(raw) // 1024} | "
-          + " | ".join(f"{v:.2f}" for v in stages.values()) + f" | {per_request:.0f} |")
+          + " | ".join(f"{v:.2f}" for v in stages.values())
+          + (" | - |" if db_url else f" | {per_request:.0f} |"))
 
 
 def main() -> None:
@@ -100,13 +124,19 @@ def main() -> None:
     parser.add_argument("--tables", nargs="+", type=int, default=[100, 1000])
     parser.add_argument("--large", action="store_true")
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="print the N functions with most cumulative time in the route")
     args = parser.parse_args()
+    schema = _schema_url("fedod_prof") if args.db == "postgres" else iter([""])
+    db_url = next(schema)
     print("| m (cells) | body KB | parse+validate | replay digest | base64 | inflate | sha256 | "
-          "decode_release | whole request (SQLite) | SQL statements |")
+          f"decode_release | whole request ({args.db}) | SQL statements |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     cases = [(m, 256) for m in args.tables] + ([(100, 65536)] if args.large else [])
     for tables, sample in cases:
-        profile(tables, sample, args.repeat)
+        profile(tables, sample, args.repeat, db_url, args.cprofile)
+    next(schema, None)  # drops the PostgreSQL schema
 
 
 if __name__ == "__main__":

@@ -106,6 +106,18 @@ def make_study(client, coord_kit):
 
 
 @pytest.fixture
+def h1(make_participant):
+    """Participant h1 with a cap of epsilon 1 (two releases of the default study)."""
+    return make_participant("h1", epsilon_cap="1")
+
+
+@pytest.fixture
+def signed(make_study, h1):
+    """Study s1 with h1 as its member; its signed config."""
+    return make_study("s1", members=[h1])
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(7)
 

@@ -15,16 +15,6 @@ from common.encoding import encode_counts
 URL = "/v1/studies/s1/contributions"
 
 
-@pytest.fixture
-def h1(make_participant):
-    return make_participant("h1", epsilon_cap="1")
-
-
-@pytest.fixture
-def signed(make_study, h1):
-    return make_study("s1", members=[h1])
-
-
 def assert_nothing_stored(client, name="h1"):
     budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
     assert budget[name]["epsilon_spent"] == "0"

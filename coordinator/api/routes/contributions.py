@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import Credentials, get_caller, require_participant, study_member
+from coordinator.api.deps import Credentials, ingest_caller
 from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
@@ -55,20 +55,16 @@ async def create_contribution(
     """
 
     def work(session: Session, settings: Settings) -> tuple[Outcome, str]:
-        participant = require_participant(get_caller(session, settings, creds))
-        study = study_member(study_id, session, participant)
-        name = participant.name
+        caller = ingest_caller(session, settings, creds, study_id, body.idempotency_key)
         try:
-            outcome = submit(
-                session, participant, study, body, max_decoded_bytes=settings.max_decoded_bytes
-            )
+            outcome = submit(session, caller, body, max_decoded_bytes=settings.max_decoded_bytes)
         except Exception as exc:
             CONTRIBUTIONS.labels("refused").inc()
             if isinstance(exc, BudgetExceeded):  # shown on the dashboard
-                record_refusal(session, participant, study.id,
+                record_refusal(session, caller.participant_id, study_id,
                                PrivacyBudget(body.epsilon, body.delta), exc)
             raise
-        return outcome, name
+        return outcome, caller.name
 
     outcome, name = await in_one_hop(request, work)
     if outcome.replay:

@@ -1,0 +1,105 @@
+"""The contribution transaction on PostgreSQL: the work of ``services.charge`` in 2 round trips.
+
+``services.charge`` runs five statements (charge, bump, config, insert, ledger); SQLite runs
+them in-process, but on PostgreSQL each is a network round trip. Here they are two
+data-modifying CTEs, split where the locks require it:
+
+1. ``LOCK``: the conditional charge of the participant row (active, within both caps) and,
+   only if it matched, the study's counter ``UPDATE aggregates SET version = version + 1``.
+   The charge runs first (the bump's ``EXISTS`` on it is a one-time filter), so the locks are
+   taken in the same order as ``services.charge``: participant, then the study's counter row
+   (the lock a config re-sign takes too). A bump that waited for that lock re-reads the row
+   (PostgreSQL's update recheck), so the version is exact under any number of workers.
+2. ``STORE``: one statement whose snapshot starts after both locks are held, hence sees every
+   earlier release of this participant (they committed before releasing the participant
+   lock) and the config current under the counter lock: the participant's latest release
+   (``replaces_id``), the contribution and ledger inserts, the contributor count (+1 for a
+   first release), and the study's current config version and digest, which the caller
+   checks before committing (a stale config rolls the whole transaction back).
+
+Statement 2 could not join statement 1: all parts of one statement share the snapshot taken
+when it starts, before it waited for any lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, bindparam, text
+
+from coordinator.models import UTCDateTime, utcnow
+from coordinator.services import driver_sql
+from coordinator.services.charge import Release, Stored
+
+LOCK = text(
+    """
+WITH charge AS (
+    UPDATE participants
+    SET eps_spent = eps_spent + :eps, delta_spent = delta_spent + :delta
+    WHERE id = :pid AND active IS true
+      AND eps_spent <= eps_cap - :eps AND delta_spent <= delta_cap - :delta
+    RETURNING id
+), bump AS (
+    UPDATE aggregates SET version = version + 1, updated_at = :now
+    WHERE study_id = :sid AND EXISTS (SELECT 1 FROM charge)
+    RETURNING version
+)
+SELECT version FROM bump
+"""
+).bindparams(bindparam("now", type_=UTCDateTime()))
+
+STORE = text(
+    """
+WITH latest AS (
+    SELECT max(id) AS id FROM contributions WHERE participant_id = :pid AND study_id = :sid
+), stored AS (
+    INSERT INTO contributions (study_id, participant_id, replaces_id, idempotency_key,
+        request_sha256, config_version, eps_units, delta_units, lsh_payload, grid_payload,
+        model_version, created_at)
+    SELECT :sid, :pid, latest.id, :key, :sha, :version, :eps, :delta, :lsh, :grid,
+        :model_version, :now
+    FROM latest
+    RETURNING id
+), ledger AS (
+    INSERT INTO ledger_entries (participant_id, contribution_id, study_id, kind, eps_units,
+        delta_units, created_at)
+    SELECT :pid, stored.id, :sid, :kind, :eps, :delta, :now FROM stored
+), counted AS (
+    UPDATE aggregates SET contributors = contributors + 1
+    WHERE study_id = :sid AND (SELECT id FROM latest) IS NULL
+)
+SELECT stored.id, studies.config_version, studies.config_digest
+FROM stored, studies WHERE studies.id = :sid
+"""
+).bindparams(bindparam("now", type_=UTCDateTime()))
+
+
+def store(conn: Connection, release: Release, check: Callable[[int, str], None]) -> Stored | None:
+    """``services.charge.store`` in two statements; same contract (None: charge refused)."""
+    r = release
+    now = utcnow()
+    ids = {"pid": r.participant_id, "sid": r.study_id, "now": now}
+    locked = driver_sql.fetch(conn, LOCK, {"eps": r.eps_units, "delta": r.delta_units, **ids})
+    if not locked:
+        return None
+    version = locked[0][0]
+    [(contribution_id, config_version, config_digest)] = driver_sql.fetch(
+        conn,
+        STORE,
+        {
+            **ids,
+            "key": r.idempotency_key,
+            "sha": r.request_sha256,
+            "version": r.config_version,
+            "eps": r.eps_units,
+            "delta": r.delta_units,
+            "lsh": r.lsh_payload,
+            "grid": r.grid_payload,
+            "model_version": version,
+            "kind": "lsh" if r.grid_payload is None else "lsh+grid",
+        },
+    )
+    check(config_version, config_digest)
+    return Stored(
+        contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
+    )
