@@ -100,7 +100,8 @@ def private_cohorts(parts: Sequence[ArrayLike], lo: ArrayLike, hi: ArrayLike, k:
     lo_a, hi_a = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
     d = lo_a.size
     box = -np.ones(d), np.ones(d)
-    plan = KMeansPlan(lo=box[0], hi=box[1], k=k, epsilon=epsilon or 1, over=over,
+    plan = KMeansPlan(lo=box[0], hi=box[1], k=k, over=over,
+                      epsilon=1 if epsilon is None else epsilon,
                       rounds=rounds)
     scaled = [2.0 * (np.asarray(x, dtype=np.float64) - lo_a) / (hi_a - lo_a) - 1.0
               for x in parts]

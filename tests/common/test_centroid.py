@@ -68,6 +68,8 @@ def test_non_private_is_deterministic_and_private_needs_public_bounds():
     np.testing.assert_array_equal(a, CentroidDetector(random_state=3).fit(X).decision_function(X))
     with pytest.raises(ValueError, match="public bounds"):
         CentroidDetector(epsilon=1).fit(X)
+    with pytest.raises(ValueError, match="epsilon"):  # 0 is not "no noise"
+        CentroidDetector(lo=LO, hi=HI, epsilon=0).fit(X)
 
 
 @pytest.mark.parametrize("seed", range(10))
