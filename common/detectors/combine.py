@@ -38,7 +38,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -136,9 +136,20 @@ def _positive(epsilon: Decimal | str | int) -> float:
     return eps
 
 
-def public_weights(plans: Mapping[str, DetectorPlan]) -> dict[str, float]:
-    """Normalised reliability weights of the detectors (equal if all are 0)."""
-    rel = {name: plan.reliability for name, plan in plans.items()}
+def public_weights(plans: Mapping[str, DetectorPlan],
+                   rule: Literal["reliability", "precision"] = "reliability"
+                   ) -> dict[str, float]:
+    """Normalised weights of the detectors (equal if all are 0).
+
+    ``"reliability"`` (default): ``Z^2 / (1 + Z^2)``. ``"precision"``: ``Z sqrt(1 + Z^2)``,
+    the least-squares weight if every detector's standardised score were one shared signal
+    plus independent noise (signal share ``a = Z / sqrt(1 + Z^2)``, noise variance
+    ``b^2 = 1 / (1 + Z^2)``, weight ``a / b^2``); it leans on the least noisy detector.
+    """
+    if rule not in ("reliability", "precision"):
+        raise ValueError(f"rule must be 'reliability' or 'precision', got {rule!r}")
+    rel = {name: plan.reliability if rule == "reliability" else
+           plan.snr * math.sqrt(1.0 + plan.snr**2) for name, plan in plans.items()}
     total = sum(rel.values())
     if not total > 0:
         return {name: 1.0 / len(rel) for name in rel}

@@ -87,3 +87,12 @@ def test_study_weights_read_the_signed_config_only():
     assert study_weights(config, ["lsh", "centroid"]) is None  # no plan: nothing to judge
     undeclared = new_study_config("s1", FEATURES, privacy=PRIVACY, grid=GridParams())
     assert study_weights(undeclared, ["lsh", "grid"]) is None  # equal weights
+
+
+def test_precision_rule_leans_on_the_least_noisy_detector():
+    plans = {"lsh": DetectorPlan(9.0), "centroid": DetectorPlan(4.0)}
+    rel, prec = public_weights(plans), public_weights(plans, "precision")
+    assert prec["lsh"] / prec["centroid"] == pytest.approx(9 * math.sqrt(82) / (4 * math.sqrt(17)))
+    assert prec["lsh"] > rel["lsh"] > 0.5
+    with pytest.raises(ValueError, match="rule"):
+        public_weights(plans, "best")  # type: ignore[arg-type]
