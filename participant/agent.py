@@ -359,6 +359,7 @@ class Agent:
         top_k: int | None = None,
     ) -> tuple[ScoreSummary, Any]:
         """Score local records with the global model; returns the summary and the model."""
+        from common.detectors.combine import study_weights
         from participant.model import fetch_model, model_detectors
         from participant.scoring import score_source
 
@@ -372,7 +373,8 @@ class Agent:
         detectors = model_detectors(config, model)
         summary = score_source(
             options.source(path, config), detectors, output,
-            contamination=contamination, top_k=top_k, progress=options.progress, **engine_kw,
+            contamination=contamination, top_k=top_k, progress=options.progress,
+            weights=study_weights(config, detectors), **engine_kw,
         )
         return summary, model
 

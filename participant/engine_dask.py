@@ -202,9 +202,10 @@ def finish_partition(part: tuple[pd.DataFrame, DataReport], key_name: str, first
 def score_dataset(
     source: Source, detectors: Mapping[str, Detector], output: str | Path, *,
     contamination: float | None = None, top_k: int | None = None, progress: bool = False,
-    scheduler: str | None = None,
+    scheduler: str | None = None, weights: Mapping[str, float] | None = None,
 ) -> ScoreSummary:
-    """Score every partition on the cluster; write a partitioned Parquet directory."""
+    """Score every partition on the cluster; write a partitioned Parquet directory. The
+    combined score is :func:`common.detectors.combine.combine` with ``weights``."""
     import dask.dataframe as dd
 
     output = Path(output)
@@ -227,7 +228,7 @@ def score_dataset(
             raise ValueError(f"{source.path}: no records to score")
         scores = {name: np.concatenate([s[:, j] for s, _ in pieces])
                   for j, name in enumerate(detectors)}
-        combined, rank = combine(scores)
+        combined, rank = combine(scores, weights)
         k = flag_count(n, contamination=contamination, top_k=top_k)
         bounds = np.cumsum([0] + [len(s) for s, _ in pieces])
         key_name = source.spec.id_column or "row"

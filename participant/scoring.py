@@ -5,11 +5,14 @@ Two passes with bounded memory: the data file is read chunk by chunk and every d
 detector); then the per-detector scores are turned into rank percentiles, combined, ranked,
 and written chunk by chunk to CSV or Parquet.
 
-Combined score: the mean over detectors of each record's rank percentile
-(average rank of ties, as ``scipy.stats.rankdata(scores, "average")``, divided by ``n``; in
-``(0, 1]``, 1 = most outlying of the local file; computed with numpy, not scipy, whose import
-alone took 0.55 s of every ``score`` run),
-so detectors on different scales count equally. ``rank`` is 1 for the most outlying record;
+Combined score (:func:`common.detectors.combine.combine`): the weighted mean over detectors
+of each record's rank percentile (average rank of ties, as ``scipy.stats.rankdata(scores,
+"average")``, divided by ``n``; in ``(0, 1]``, 1 = most outlying of the local file; computed
+with numpy, not scipy, whose import alone took 0.55 s of every ``score`` run), so detectors on
+different scales are comparable. The weights come from public inputs only
+(:func:`common.detectors.combine.study_weights`: each detector's expected signal-to-noise
+from the signed config); equal weights when the study declares no cohort size and expected
+records. ``rank`` is 1 for the most outlying record;
 ``outlier`` flags the ``top_k`` records, or ``ceil(contamination * n)`` of them.
 """
 
@@ -27,11 +30,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from common.detectors.combine import average_ranks, combine
 from participant.data import DataSource
 from participant.dataset import DatasetSource
 from participant.progress import Progress
 
 WRITE_ROWS = 262_144
+__all__ = ["ScoreSummary", "average_ranks", "combine", "flag_count", "score_source"]
 
 
 class Detector(Protocol):
@@ -60,32 +65,6 @@ def flag_count(n: int, *, contamination: float | None, top_k: int | None) -> int
     return min(n, math.ceil(c * n))
 
 
-def average_ranks(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """1-based ranks, ties sharing the mean of their ranks (``rankdata(x, "average")``)."""
-    order = np.argsort(x, kind="stable")
-    ordered = x[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], x.size]
-    ranks = np.empty(x.size, dtype=np.float64)
-    ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
-    return ranks
-
-
-def combine(
-    scores: Mapping[str, NDArray[np.float64]],
-) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    """Mean rank percentile over detectors, and the 1-based rank (1 = most outlying)."""
-    n = len(next(iter(scores.values())))
-    combined = np.zeros(n, dtype=np.float64)
-    for s in scores.values():
-        combined += average_ranks(s) / n
-    combined /= len(scores)
-    order = np.argsort(-combined, kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(1, n + 1)
-    return combined, rank
-
-
 def _is_parquet(path: Path) -> bool:
     """True for .parquet/.pq, False for .csv; any other name is refused."""
     suffix = path.suffix.lower()
@@ -102,8 +81,10 @@ def score_source(
     contamination: float | None = None,
     top_k: int | None = None,
     progress: bool = False,
+    weights: Mapping[str, float] | None = None,
 ) -> ScoreSummary:
-    """Score every record of ``source`` with each detector and write ``output``."""
+    """Score every record of ``source`` with each detector and write ``output``; the
+    combined score weighs the detectors by ``weights`` (public; ``None``: equal)."""
     output = Path(output)
     parquet = _is_parquet(output)  # refuse a bad name before the scoring work
     parts: dict[str, list[NDArray[np.float64]]] = {name: [] for name in detectors}
@@ -119,7 +100,7 @@ def score_source(
         raise ValueError(f"{source.path}: no records to score")
     scores = {name: np.concatenate(p) for name, p in parts.items()}
     del parts
-    combined, rank = combine(scores)
+    combined, rank = combine(scores, weights)
     k = flag_count(n, contamination=contamination, top_k=top_k)
     key_name = source.spec.id_column or "row"
     key_col = pa.chunked_array(keys) if keys else None

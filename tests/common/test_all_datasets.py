@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.detectors import GridKNN, LSHiTables
+from common.detectors import CentroidDetector, GridKNN, LSHiTables
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 FILES = sorted(DATA.glob("*.npz")) if DATA.is_dir() else []
@@ -16,7 +16,8 @@ ROWS = 300
 
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} is absent")
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-@pytest.mark.parametrize("make", [GridKNN, LSHiTables], ids=["GridKNN", "LSHiTables"])
+@pytest.mark.parametrize("make", [GridKNN, LSHiTables, CentroidDetector],
+                         ids=["GridKNN", "LSHiTables", "CentroidDetector"])
 def test_defaults_fit_and_score_every_dataset(path: Path, make: type) -> None:
     arrays = np.load(path)
     X = arrays["X"]

@@ -82,3 +82,18 @@ def test_scoring_does_not_import_scipy():
     code = "import sys, participant.scoring; print('scipy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_score_source_weighs_the_combined_score(tmp_path):
+    rng = np.random.default_rng(2)
+    X = rng.uniform(0, 1, size=(300, 2))
+    data = tmp_path / "d.csv"
+    data.write_text("x,y\n" + "".join(f"{a},{b}\n" for a, b in X))
+    spec = DataSpec(("x", "y"), np.zeros(2), np.ones(2))
+    out = tmp_path / "out.parquet"
+    detectors = {"sum": SumDetector(), "first": FirstDetector()}
+    score_source(DataSource(data, spec), detectors, out, weights={"sum": 0.0, "first": 2.0})
+    table = pq.read_table(out)
+    assert table.column_names[1:3] == ["score_sum", "score_first"]  # columns unchanged
+    np.testing.assert_allclose(table.column("outlier_score").to_numpy(),
+                               average_ranks(X[:, 0] * 100) / 300)
