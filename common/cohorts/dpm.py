@@ -13,7 +13,9 @@ function so the coordinator can run it over many participants:
    interval is *occupied* when its summed count exceeds the public noise floor; the split is
    the middle of an empty run between occupied intervals that leaves the largest mass on its
    smaller side (the most central gap), if that side holds at least twice the floor
-   (and ``min_size``); otherwise the leaf is final. Supports shrink to the occupied span.
+   (and ``min_size``); otherwise the leaf is final, or, when only ``m < d`` features were
+   histogrammed and some interval is occupied, tried again on other features at the next
+   level. Supports shrink to the occupied span.
 4. After ``depth`` levels: ``leaf_statistics`` / ``release_leaves`` (each leaf's count, and
    its histogram on every feature over its support), then ``finish`` (coordinator): the
    centre is the noisy-histogram mean over the occupied span of each feature.
@@ -181,8 +183,10 @@ def advance(state: TreeState, summed: ArrayLike, plan: DPMPlan) -> TreeState:
             offset += b - a
         support = _shrink(leaf.support, hists, dims, floor)
         split = choose_split(hists, dims, [leaf.support[j][0] for j in dims], floor, min_side)
-        if split is None:
-            leaves.append(replace(leaf, support=support, active=False))
+        if split is None:  # retry on other features next level, unless all were seen
+            occupied = any(np.any(h > floor) for h in hists)
+            leaves.append(replace(leaf, support=support,
+                                  active=grow and occupied and plan.m < plan.d))
             continue
         feature, edge = split
         a, b = support[feature]
