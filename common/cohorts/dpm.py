@@ -218,11 +218,18 @@ def release_leaves(stats: LeafStatistics, plan: DPMPlan) -> LeafStatistics:
 
 
 def _centre(h: Floats, a: int, j: int, plan: DPMPlan, floor: float) -> float:
-    occ = np.flatnonzero(h > floor)
+    """Histogram mean over the run of occupied intervals around the fullest one, one
+    interval either side (noise elsewhere would pull the mean to the support's middle)."""
     mids = plan.lo[j] + (a + np.arange(h.size) + 0.5) * plan.width[j]
-    if occ.size == 0:
+    top = int(np.argmax(h))
+    if h[top] <= floor:
         return float(mids.mean())
-    lo_i, hi_i = max(0, int(occ[0]) - 1), min(h.size, int(occ[-1]) + 2)
+    lo_i, hi_i = top, top + 1
+    while lo_i > 0 and h[lo_i - 1] > floor:
+        lo_i -= 1
+    while hi_i < h.size and h[hi_i] > floor:
+        hi_i += 1
+    lo_i, hi_i = max(0, lo_i - 1), min(h.size, hi_i + 1)
     w = np.clip(h[lo_i:hi_i], 0.0, None)
     return float((w * mids[lo_i:hi_i]).sum() / w.sum())
 
