@@ -64,12 +64,13 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--bins", type=int, default=64)
     ap.add_argument("--dims-per-node", type=int, default=2)
+    ap.add_argument("--leaf-share", default="0.4")
     ap.add_argument("--participants", type=int, nargs="+", default=[1, 5, 10])
     ap.add_argument("--dims", type=int, nargs="+", default=[10, 100])
     args = ap.parse_args()
     start = time.perf_counter()
     print(f"runs={args.runs}, n={args.n}, epsilon=1 per participant, depth={args.depth}, "
-          f"bins={args.bins}, dims per node={args.dims_per_node}, leaf share 0.4\n")
+          f"bins={args.bins}, dims per node={args.dims_per_node}, leaf share {args.leaf_share}\n")
     print("| dataset | method | silhouette | accuracy | inertia | clusters | norm. distance |")
     print("|---|---|---|---|---|---|---|")
     for d in args.dims:
@@ -85,7 +86,8 @@ def main() -> None:
         for p, noise in settings:
             plan = DPMPlan(np.full(d, LO), np.full(d, HI), "1", depth=args.depth,
                            bins=args.bins, dims_per_node=args.dims_per_node,
-                           participants=p if noise == "each" else 1)
+                           participants=p if noise == "each" else 1,
+                           leaf_share=args.leaf_share)
             got, t0 = [], time.perf_counter()
             for r in range(args.runs):
                 parts = np.array_split(x[rng.permutation(len(x))], p)
