@@ -40,6 +40,7 @@ from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_d
 from common.cellkeys import MAX_KEY_BITS
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
+from common.online.params import OnlineParams
 from common.secagg.params import AggregationParams, modulus_bits
 
 __all__ = [
@@ -249,12 +250,18 @@ class StudyConfig(_Model):
         description="Release aggregation; null is independent noise (omitted from the JSON, so "
         "configs signed before secure aggregation keep their canonical form).",
     )
+    online: OnlineParams | None = Field(
+        default=None,
+        description="Streaming mode (fedod-participant stream), or null; omitted from the "
+        "JSON when null, so configs signed before it keep their canonical form.",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_default_aggregation(self, handler: SerializerFunctionWrapHandler) -> Any:
         doc = handler(self)
-        if isinstance(doc, dict) and doc.get("aggregation") is None:
-            doc.pop("aggregation", None)
+        for optional in ("aggregation", "online"):
+            if isinstance(doc, dict) and doc.get(optional) is None:
+                doc.pop(optional, None)
         return doc
 
     @property
@@ -304,6 +311,9 @@ class StudyConfig(_Model):
                     "delta_grid must be 0 for a dense grid (pure epsilon-DP); "
                     "it would be charged for nothing"
                 )
+        if self.online is not None and self.online.dim != len(self.features) + 1:
+            raise ValueError(f"online.dim must be the number of features + 1 (bias): "
+                             f"{len(self.features) + 1}")
         if self.aggregation_mode == "secure":
             if self.grid is not None:
                 raise ValueError("secure aggregation releases the LSH tables only: omit the grid")
@@ -395,6 +405,7 @@ def new_study_config(
     scoring: Literal["log", "mass"] | None = None,
     now: datetime | None = None,
     aggregation: AggregationParams | None = None,
+    online: OnlineParams | None = None,
 ) -> StudyConfig:
     """Build a config with a fresh 32-byte seed (unless given) and its LSH digest."""
     seed = os.urandom(32) if seed is None else seed
@@ -420,4 +431,5 @@ def new_study_config(
         grid=grid,
         privacy=privacy,
         aggregation=None if aggregation == AggregationParams() else aggregation,
+        online=online,
     )

@@ -20,18 +20,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from common.online.noise import GradientNoise
 from common.online.query import QueryRule, bernoulli
+
+if TYPE_CHECKING:  # OpenDP (behind the noise) takes about a second to import
+    from common.online.noise import GradientNoise
 
 __all__ = [
     "OnlineConfig",
     "OnlineSVM",
     "apply_step",
+    "federated_step",
     "hinge_gradient",
     "project_ball",
     "step_size",
@@ -96,6 +99,17 @@ def apply_step(w: Vector, t: int, noisy_sum: Vector, count: int, config: OnlineC
         raise ValueError(f"a step needs at least one labelled record, got {count}")
     grad = config.lam * w + noisy_sum / count
     return project_ball(w - step_size(t, config.eta0) * grad, config.radius_w)
+
+
+def federated_step(
+    w: Vector, t: int, sums: list[Vector], counts: list[int], config: OnlineConfig
+) -> Vector:
+    """Step ``t`` from several participants' released batches: their noisy sums and labelled
+    counts are added and :func:`apply_step` takes one step (the mean noisy gradient over all
+    their labelled records). Post-processing of the releases only."""
+    if not sums or len(sums) != len(counts):
+        raise ValueError("need one count per noisy sum, and at least one of each")
+    return apply_step(w, t, np.sum(np.stack(sums), axis=0), int(sum(counts)), config)
 
 
 class OnlineSVM:
