@@ -85,7 +85,8 @@ class Streamer:
         for name, det in self.detectors.items():
             scores[name] = float(det.decision_function(np.asarray(x, dtype=np.float64)[None, :])[0])
         queried = bernoulli(self.rule.probability(margin))
-        self.store.decide(record_id, queried, z, records_scheme=self.params.scheme == "records")
+        self.store.decide(record_id, queried, z, scores,
+                          records_scheme=self.params.scheme == "records")
         if queried and (label := self.store.parked_label(record_id)) is not None:
             self.label(record_id, label)
         self.maybe_release()

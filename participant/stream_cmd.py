@@ -89,6 +89,7 @@ def _run(streamer: Streamer, store: StreamStore, config: Any, args: argparse.Nam
     records = (watch(args.watch, columns, args.id_column, once=args.once) if args.watch
                else read_lines(sys.stdin, RecordParser(columns, args.id_column)))
     out = ScoreWriter(args.out, ["online", *streamer.detectors])
+    out.catch_up(store)
     try:
         for record_id, x in records:
             if labels is not None:

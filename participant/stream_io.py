@@ -147,23 +147,45 @@ def prompt_label(record_id: str, scored: Scored) -> int | None:
             return label
 
 
+def _repair(path: Path) -> int:
+    """Cut a line a killed run left half-written; returns the number of complete records."""
+    data = path.read_bytes()
+    keep = data[: data.rfind(b"\n") + 1]
+    if keep != data:
+        with path.open("r+b") as fh:
+            fh.truncate(len(keep))
+    return max(0, keep.count(b"\n") - 1)  # minus the header
+
+
 class ScoreWriter:
-    """Append score lines to a CSV, flushed per record (header once)."""
+    """Append score lines to a CSV, flushed per record (header once).
+
+    ``written`` is how many records the file already holds (a restart appends the lines a
+    killed run had decided but not written, see :meth:`catch_up`)."""
 
     def __init__(self, path: Path | None, models: list[str]) -> None:
         self.columns = ["id", *(f"score_{m}" for m in models), "queried"]
         new = path is None or not path.exists() or path.stat().st_size == 0
+        self.written = 0 if new or path is None else _repair(path)
         self._fh: IO[str] = sys.stdout if path is None else path.open("a", newline="")
         self._csv = csv.writer(self._fh)
         if new:
             self._csv.writerow(self.columns)
             self._fh.flush()
 
+    def catch_up(self, store: StreamStore) -> None:
+        """Write the lines of records decided before a kill but not yet written."""
+        if self._fh is sys.stdout:
+            return
+        for rid, scores, queried in store.scored_since(self.written):
+            self.write(Scored(rid, scores, queried))
+
     def write(self, scored: Scored) -> None:
         values = [scored.scores.get(c[6:], math.nan) for c in self.columns[1:-1]]
         self._csv.writerow([scored.record_id, *(f"{v:.6g}" for v in values),
                             int(scored.queried)])
         self._fh.flush()
+        self.written += 1
 
     def close(self) -> None:
         if self._fh is not sys.stdout:

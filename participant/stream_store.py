@@ -18,6 +18,7 @@ Nothing here leaves the machine except the stored release bodies.
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
     id TEXT PRIMARY KEY, seq INTEGER NOT NULL, queried INTEGER NOT NULL,
-    x BLOB, label INTEGER
+    x BLOB, label INTEGER, scores TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS waiting_labels (id TEXT PRIMARY KEY, label INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS releases (
@@ -100,17 +101,25 @@ class StreamStore:
         return self._db.execute("SELECT 1 FROM records WHERE id=?", (record_id,)).fetchone() \
             is not None
 
-    def decide(self, record_id: str, queried: bool, x: Vector, *, records_scheme: bool) -> int:
-        """Store a record's query decision (and the record, if queried); returns its seq."""
+    def decide(self, record_id: str, queried: bool, x: Vector, scores: dict[str, float], *,
+               records_scheme: bool) -> int:
+        """Store a record's query decision and scores (and the record, if queried); returns
+        its seq."""
         seq = self.num("seq")
         with self.transaction():
-            self._db.execute("INSERT INTO records VALUES (?,?,?,?,NULL)",
-                             (record_id, seq, int(queried), _blob(x) if queried else None))
+            self._db.execute("INSERT INTO records VALUES (?,?,?,?,NULL,?)",
+                             (record_id, seq, int(queried), _blob(x) if queried else None,
+                              json.dumps(scores)))
             values: dict[str, Any] = {"seq": seq + 1}
             if records_scheme:
                 values["since_update"] = self.num("since_update") + 1
             self._set(**values)
         return seq
+
+    def scored_since(self, seq: int) -> list[tuple[str, dict[str, float], bool]]:
+        """``(id, scores, queried)`` of the records decided from position ``seq`` on."""
+        return [(r, json.loads(s), bool(q)) for r, s, q in self._db.execute(
+            "SELECT id, scores, queried FROM records WHERE seq>=? ORDER BY seq", (seq,))]
 
     def awaiting(self, record_id: str) -> Vector | None:
         """The stored record if it was queried and is still unlabelled."""

@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
-from pydantic import model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
 from common.online.learner import OnlineConfig

@@ -7,8 +7,13 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.online.wire import OnlineGradientCreate, OnlineGradientPublic, OnlineModelPublic
-from coordinator.api.deps import Credentials, get_caller, require_participant, study_member
-from coordinator.api.deps import study_reader
+from coordinator.api.deps import (
+    Credentials,
+    get_caller,
+    require_participant,
+    study_member,
+    study_reader,
+)
 from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
 from coordinator.services import online
