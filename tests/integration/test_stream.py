@@ -35,8 +35,8 @@ def setup(coord, tmp_path: Path, study: str, name: str, *, cap: str = "50", onli
     X = rng.uniform(0, 1, size=(n, 3))
     y = np.where(X[:, 0] + X[:, 1] > 1.2, 1, 0)
     records = tmp_path / "records.jsonl"
-    records.write_text("".join(json.dumps({"id": f"r{i}", **dict(zip("abc", map(float, x), strict=True))})
-                               + "\n" for i, x in enumerate(X)))
+    docs = [{"id": f"r{i}", "a": x[0], "b": x[1], "c": x[2]} for i, x in enumerate(X.tolist())]
+    records.write_text("".join(json.dumps(d) + "\n" for d in docs))
     labels = tmp_path / "labels.csv"
     labels.write_text("".join(f"r{i},{v}\n" for i, v in enumerate(y)))
     return state, records, labels
