@@ -114,7 +114,10 @@ class OnlineParams(BaseModel):
         """The query rule whose *true* epsilon is at most ``epsilon_select``."""
         eps = float(self.epsilon_select)
         if self.query == "randomized_response":
-            return RandomizedResponseRule(p=math.exp(eps) / (1 + math.exp(eps)), tau=self.tau)
+            p = math.exp(eps) / (1 + math.exp(eps))
+            while abs(math.log(p / (1 - p))) > eps:  # float rounding: never above the target
+                p = math.nextafter(p, 0.5)
+            return RandomizedResponseRule(p=p, tau=self.tau)
         return ExponentialRule.for_epsilon(self.p, self.radius_w * self.radius_x, eps)
 
     def noise(self) -> GradientNoise:
