@@ -326,6 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(LSH tables only; default from 3 hospitals up); independent: every hospital adds its "
         "own full noise (default for 2)",
     )
+    p.add_argument("--stream", action="store_true",
+                   help="streaming mode instead (docs/ONLINE.md): each hospital runs "
+                        "'fedod-participant stream' on its share of a digits 0 vs 9 stream, a "
+                        "simulated reviewer answers from the held-out labels; prints test "
+                        "error against labels requested")
+    p.add_argument("--stream-records", type=int, default=3000, metavar="N",
+                   help="--stream: records in the pooled stream (3000)")
+    p.add_argument("--stream-batch", type=int, default=10, metavar="L",
+                   help="--stream: labels per noisy gradient release (10)")
+    p.add_argument("--query-p", type=float, default=0.1, metavar="P",
+                   help="--stream: top query probability of the exponential rule (0.1)")
+    p.add_argument("--chunks", type=int, default=4, metavar="K",
+                   help="--stream: evaluate after each of K rounds of streaming (4)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--export", metavar="DIR", help="only write DIR/study.json and each "
                    "hospital's DIR/<hospital>/data.csv (for docker-compose), then exit")
@@ -343,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.export:
             export(args)
+            return 0
+        if args.stream:
+            from participant.simulate_stream import print_stream, run_stream
+
+            result = run_stream(args, start_coordinator, _free_port)
+            print(json.dumps(result, indent=2)) if args.json else print_stream(result)
             return 0
         rows, facts = run(args)
     except httpx.HTTPStatusError as exc:
