@@ -44,4 +44,5 @@ class OnlineModel(Base):
     version: Mapped[int] = mapped_column(Integer, default=0)
     pending: Mapped[int] = mapped_column(Integer, default=0)
     weights: Mapped[str] = mapped_column(Text)
+    average: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

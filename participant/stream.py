@@ -79,7 +79,7 @@ class Streamer:
         self._open_epoch(self.store.num("seq") // self.params.epoch_records)
         z = to_ball(np.asarray(x, dtype=np.float64)[None, :], self.lo, self.hi,
                     self.params.radius_x)[0]
-        w, _ = self.store.weights()
+        w, _ = self.store.weights("average" if self.params.average else "weights")
         margin = float(w @ z)
         scores = {"online": margin}
         for name, det in self.detectors.items():
@@ -171,4 +171,5 @@ class Streamer:
             "GET", f"/v1/studies/{self.config.study_id}/online/model").text)
         if int(doc["version"]) > self.store.weights()[1]:
             self.store.set_weights(decode_vector(doc["weights"], self.params.dim),
+                                   decode_vector(doc["average"], self.params.dim),
                                    int(doc["version"]))

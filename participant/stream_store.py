@@ -85,13 +85,16 @@ class StreamStore:
         total = np.zeros(self.dim) if raw is None else _vec(base64.b64decode(raw))
         return total, self.num("pending_count")
 
-    def weights(self) -> tuple[Vector, int]:
-        raw = self.get("weights")
+    def weights(self, which: str = "weights") -> tuple[Vector, int]:
+        """The global iterate (``"weights"``) or iterate average (``"average"``), and the
+        online model version they belong to."""
+        raw = self.get(which)
         w = np.zeros(self.dim) if raw is None else _vec(base64.b64decode(raw))
         return w, self.num("weights_version")
 
-    def set_weights(self, w: Vector, version: int) -> None:
-        self._set(weights=base64.b64encode(_blob(w)).decode(), weights_version=version)
+    def set_weights(self, w: Vector, average: Vector, version: int) -> None:
+        self._set(weights=base64.b64encode(_blob(w)).decode(),
+                  average=base64.b64encode(_blob(average)).decode(), weights_version=version)
 
     def transaction(self) -> _Tx:
         return _Tx(self._db)

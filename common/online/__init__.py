@@ -15,6 +15,7 @@ _HOME = {
     "ceil_budget": "accounting", "record_cost": "accounting", "selection_cost": "accounting",
     "OnlineConfig": "learner", "OnlineSVM": "learner", "apply_step": "learner",
     "federated_step": "learner", "hinge_gradient": "learner", "project_ball": "learner",
+    "running_mean": "learner",
     "step_size": "learner", "GradientNoise": "noise", "gaussian_scale": "noise",
     "make_gradient_noise": "noise", "ExponentialRule": "query", "QueryRule": "query",
     "RandomizedResponseRule": "query", "bernoulli": "query", "OnlineParams": "params",
@@ -48,6 +49,7 @@ __all__ = [
     "make_gradient_noise",
     "project_ball",
     "record_cost",
+    "running_mean",
     "selection_cost",
     "step_size",
 ]

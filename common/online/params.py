@@ -74,15 +74,16 @@ class OnlineParams(BaseModel):
 
     dim: int = Field(ge=2, description="Learner dimension: the number of features + 1 (bias).")
     radius_x: _Pos = Field(default=1.0, description="M: records are projected into this ball.")
-    radius_w: _Pos = Field(default=10.0, description="R: weights are projected into this ball.")
+    radius_w: _Pos = Field(default=100.0, description="R: weights are projected into this ball.")
     lam: float = Field(default=1e-3, ge=0, allow_inf_nan=False, description="L2 regulariser.")
-    eta0: _Pos = Field(default=1.0, description="Step size eta_t = eta0 / sqrt(t).")
-    batch: int = Field(default=20, ge=1, le=100_000, description="Mini-batch size.")
+    eta0: _Pos = Field(default=10.0, description="Step size eta_t = eta0 / sqrt(t).")
+    batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size (large "
+                       "batches shrink the noise per labelled record; BENCHMARKS.md).")
     scheme: Literal["records", "labels"] = Field(
         default="labels", description="Close a batch after `batch` labels or `batch` records.")
     query: Literal["exponential", "randomized_response"] = Field(
         default="exponential", description="Private query rule (common.online.query).")
-    p: float = Field(default=0.1, gt=0, lt=1, description="Exponential rule: top query "
+    p: float = Field(default=0.09, gt=0, lt=1, description="Exponential rule: top query "
                      "probability; randomized response: ignored (set by epsilon_select).")
     tau: float = Field(default=0.1, ge=0, allow_inf_nan=False,
                        description="Randomized response: margin threshold of 'near'.")
@@ -94,6 +95,8 @@ class OnlineParams(BaseModel):
                                    description="Delta of one noisy gradient sum.")
     epoch_records: int = Field(default=10_000, ge=1, description="Arriving records per "
                                "charge: the ledger is charged again every epoch.")
+    average: bool = Field(default=True, description="Score and query with the running mean "
+                          "of the iterates (post-processing of the released steps).")
     step_releases: int = Field(default=1, ge=1, le=1000, description="Coordinator: noisy "
                                "batch sums summed into one SGD step.")
 
@@ -108,7 +111,7 @@ class OnlineParams(BaseModel):
     def learner(self) -> OnlineConfig:
         """The pure learner's configuration."""
         return OnlineConfig(self.dim, self.radius_x, self.radius_w, self.lam, self.eta0,
-                            self.batch, self.scheme)
+                            self.batch, self.scheme, self.average)
 
     def rule(self) -> QueryRule:
         """The query rule whose *true* epsilon is at most ``epsilon_select``."""

@@ -92,4 +92,7 @@ class OnlineModelPublic(BaseModel):
     config_version: int
     version: int = Field(description="Number of SGD steps taken (0: all-zero weights).")
     pending: int = Field(description="Releases received towards the next step.")
-    weights: str = Field(description="Weights, base64 float64 little-endian (dim values).")
+    weights: str = Field(description="Current SGD iterate, base64 float64 little-endian "
+                         "(dim values): gradients are taken at it.")
+    average: str = Field(description="Running mean of the iterates, same encoding: scoring "
+                         "and the query rule use it when the config's `average` is on.")

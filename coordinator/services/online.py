@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import ConfigVersionConflict, IdempotencyConflict, InvalidInput, NotFound
-from common.online.learner import federated_step
+from common.online.learner import federated_step, running_mean
 from common.online.params import OnlineParams
 from common.online.wire import (
     OnlineGradientCreate,
@@ -54,8 +54,8 @@ def online_params(study: Study) -> tuple[StudyConfig, OnlineParams]:
 
 def new_model(study_id: str, params: OnlineParams) -> OnlineModel:
     """The all-zero starting weights (version 0)."""
-    return OnlineModel(study_id=study_id, version=0, pending=0,
-                       weights=encode_vector(np.zeros(params.dim)))
+    zeros = encode_vector(np.zeros(params.dim))
+    return OnlineModel(study_id=study_id, version=0, pending=0, weights=zeros, average=zeros)
 
 
 def _digest(body: OnlineGradientCreate) -> str:
@@ -97,7 +97,9 @@ def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
     sums = [decode_vector(r.noisy_sum, params.dim) for r in pending]
     w = federated_step(w, model.version + 1, sums, [r.count for r in pending], params.learner())
     model.version += 1
-    model.weights, model.pending, model.updated_at = encode_vector(w), 0, utcnow()
+    average = running_mean(decode_vector(model.average, params.dim), w, model.version)
+    model.weights, model.average = encode_vector(w), encode_vector(average)
+    model.pending, model.updated_at = 0, utcnow()
     for r in pending:
         r.applied_in = model.version
 
@@ -161,4 +163,4 @@ def model_public(session: Session, study: Study) -> OnlineModelPublic:
     model = session.get(OnlineModel, study.id) or new_model(study.id, params)
     return OnlineModelPublic(study_id=study.id, config_version=config.version,
                              version=model.version or 0, pending=model.pending or 0,
-                             weights=model.weights)
+                             weights=model.weights, average=model.average)

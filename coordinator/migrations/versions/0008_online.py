@@ -42,6 +42,7 @@ def upgrade() -> None:
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("pending", sa.Integer(), nullable=False),
         sa.Column("weights", sa.Text(), nullable=False),
+        sa.Column("average", sa.Text(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["study_id"], ["studies.id"]),
         sa.PrimaryKeyConstraint("study_id"),
