@@ -143,6 +143,7 @@ class Streamer:
         epochs = self.store.num("epochs_unclaimed")
         eps, delta = self.params.epoch_cost().to_units()
         cost = PrivacyBudget.from_units(eps * epochs, delta * epochs)
+        self.store.durable()  # the labels in this batch are spent before noise is drawn
         key = secrets.token_urlsafe(24)
         body = OnlineGradientCreate(
             idempotency_key=key, config_version=self.config.version,

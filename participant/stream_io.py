@@ -160,8 +160,9 @@ def _repair(path: Path) -> int:
 class ScoreWriter:
     """Append score lines to a CSV, flushed per record (header once).
 
-    ``written`` is how many records the file already holds (a restart appends the lines a
-    killed run had decided but not written, see :meth:`catch_up`)."""
+    ``written`` is how many records the file already holds; when it holds some, a restart
+    appends the lines a killed run had decided but not written (:meth:`catch_up`). A new file
+    starts with the next record."""
 
     def __init__(self, path: Path | None, models: list[str]) -> None:
         self.columns = ["id", *(f"score_{m}" for m in models), "queried"]
@@ -175,8 +176,8 @@ class ScoreWriter:
 
     def catch_up(self, store: StreamStore) -> None:
         """Write the lines of records decided before a kill but not yet written."""
-        if self._fh is sys.stdout:
-            return
+        if self._fh is sys.stdout or self.written == 0:
+            return  # stdout, or a new file: it starts with the next record
         for rid, scores, queried in store.scored_since(self.written):
             self.write(Scored(rid, scores, queried))
 
