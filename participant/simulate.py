@@ -331,10 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "'fedod-participant stream' on its share of a digits 0 vs 9 stream, a "
                         "simulated reviewer answers from the held-out labels; prints test "
                         "error against labels requested")
-    p.add_argument("--stream-records", type=int, default=3000, metavar="N",
-                   help="--stream: records in the pooled stream (3000)")
-    p.add_argument("--stream-batch", type=int, default=10, metavar="L",
-                   help="--stream: labels per noisy gradient release (10)")
+    p.add_argument("--stream-records", type=int, default=6000, metavar="N",
+                   help="--stream: records in the pooled stream (6000)")
+    p.add_argument("--stream-batch", type=int, default=100, metavar="L",
+                   help="--stream: labels per noisy gradient release (100)")
     p.add_argument("--query-p", type=float, default=0.1, metavar="P",
                    help="--stream: top query probability of the exponential rule (0.1)")
     p.add_argument("--chunks", type=int, default=4, metavar="K",
