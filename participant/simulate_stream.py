@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def _baselines(params: OnlineParams, Z: NDArray[Any], y: NDArray[Any], Zt: NDArr
     online = OnlineSVM(OnlineConfig(params.dim, params.radius_x, params.radius_w, params.lam,
                                     params.eta0, 1, "labels"))
     for z, label in zip(Z, y, strict=True):
-        online.step(z, lambda label=label: int(label))
+        online.step(z, functools.partial(int, label))
     svc = LinearSVC(C=1.0).fit(Z, y)
     return {"online, every record labelled, no noise": _error(online.w_, Zt, yt),
             "batch LinearSVC, no noise": float(np.mean(svc.predict(Zt) != yt)),

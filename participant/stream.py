@@ -43,6 +43,12 @@ class StreamCapReached(BudgetExceeded):
     """The next epoch's charge does not fit a cap: the stream stopped before drawing."""
 
 
+def _budget(value: object, default: PrivacyBudget | None = None) -> PrivacyBudget:
+    if isinstance(value, PrivacyBudget):
+        return value
+    return default or PrivacyBudget.zero()
+
+
 @dataclass(frozen=True)
 class Scored:
     """One scored record, as written to the score output."""
@@ -125,8 +131,8 @@ class Streamer:
                 f"privacy cap reached: epoch {epoch} of this stream (records from "
                 f"{epoch * self.params.epoch_records} on) costs {cost} and does not fit "
                 f"({exc}). The stream stopped before deciding or noising any record of it; "
-                "its position is kept.", spent=exc.context.get("spent", cost),
-                asked=cost, cap=exc.context.get("cap", self.cap)) from exc
+                "its position is kept.", spent=_budget(exc.context.get("spent")),
+                asked=cost, cap=_budget(exc.context.get("cap"), self.cap)) from exc
         self.ledger.mark(f"stream-{self.store.get('stream_id')}-e{epoch}", "acknowledged",
                          detail=f"stream epoch {epoch}: charged once for its records")
         self.store.open_epoch(epoch)

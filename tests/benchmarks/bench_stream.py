@@ -134,8 +134,8 @@ def main() -> None:
                          "--output", str(work / "scores.csv")])
         prof = [sys.executable, "-m", "cProfile", "-o", str(work / "stream.prof"), "-m",
                 "participant.cli", "--no-progress"]
-        t_stream = timed([*(prof if args.profile else EXE), *state, "stream", "bench", "--out", str(work / "s1.csv"),
-                          "--labels", str(labels)], jsonl)
+        t_stream = timed([*(prof if args.profile else EXE), *state, "stream", "bench",
+                          "--out", str(work / "s1.csv"), "--labels", str(labels)], jsonl)
         fresh = [line.replace('"id": "r', '"id": "p') for line in
                  jsonl.read_text().splitlines(keepends=True)[: args.paced_records]]
         lat = paced_latency(state, fresh, labels, work / "s2.csv", args.pace)
