@@ -19,10 +19,11 @@ from participant.agent import Agent
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": n, "lo": 0.0, "hi": 1.0} for n in ("a", "b", "c")]
 ONLINE = {"dim": 4, "batch": 5, "p": 0.5, "epoch_records": 1000}
+N = 200
 
 
 def setup(coord, tmp_path: Path, study: str, name: str, *, cap: str = "50", online=None,
-          n: int = 400) -> tuple[Path, Path, Path]:
+          n: int = N) -> tuple[Path, Path, Path]:
     """Study with an online section, an enrolled participant, a records file whose labels
     are all in the labels file (the simulated reviewer)."""
     token = coord.new_participant(name, cap, "0.001")
@@ -65,7 +66,7 @@ def test_stream_scores_every_record_and_releases_noisy_batches(participant_coord
     assert proc.returncode == 0, err
     summary = json.loads(err.strip().splitlines()[-1])
     rows = score_rows(out)
-    assert [r["id"] for r in rows] == [f"r{i}" for i in range(400)]
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(N)]
     assert set(rows[0]) == {"id", "score_online", "score_lsh", "queried"} or \
         set(rows[0]) == {"id", "score_online", "queried"}
     queried = sum(int(r["queried"]) for r in rows)
@@ -89,13 +90,18 @@ def test_kill_and_restart_mid_stream_respends_nothing_and_skips_nothing(
     coord = participant_coordinator
     state, records, labels = setup(coord, tmp_path, "st-kill", "hosp-st-kill")
     out = tmp_path / "scores.csv"
-    proc = stream(state, "st-kill", records, out, labels)
-    while proc.poll() is None and count_lines(out) < 150:  # observed progress: 149 scored
+    proc = subprocess.Popen([EXE, "--state", str(state), "stream", "st-kill", "--out", str(out),
+                             "--labels", str(labels)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write("".join(records.read_text().splitlines(keepends=True)[:100]))
+    proc.stdin.flush()  # only 100 of the 200 records ever reach this run
+    while proc.poll() is None and count_lines(out) < 80:  # observed progress: 79 scored
         time.sleep(0.01)  # poll interval only
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     killed_at = count_lines(out)
-    assert 150 <= killed_at < 401, "the stream must be killed mid-stream"
+    assert 80 <= killed_at <= 101, "the stream must be killed mid-stream"
     releases_before = coord.admin("GET", "/v1/studies/st-kill/online/model")["version"]
 
     again = stream(state, "st-kill", records, out, labels)  # the same input, replayed
@@ -103,9 +109,9 @@ def test_kill_and_restart_mid_stream_respends_nothing_and_skips_nothing(
     assert again.returncode == 0, err
     summary = json.loads(err.strip().splitlines()[-1])
     rows = score_rows(out)
-    assert [r["id"] for r in rows] == [f"r{i}" for i in range(400)]  # each once, in order
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(N)]  # each once, in order
     queried = sum(int(r["queried"]) for r in rows)
-    assert summary["records"] == 400 and summary["queried"] == queried
+    assert summary["records"] == N and summary["queried"] == queried
     assert summary["labelled"] == queried  # every queried record used once
     assert summary["releases"] == queried // 5 == summary["acknowledged"]
     model = coord.admin("GET", "/v1/studies/st-kill/online/model")
@@ -120,18 +126,18 @@ def test_cap_reached_mid_stream_stops_before_deciding_or_noising(participant_coo
                                                                   tmp_path):
     coord = participant_coordinator
     state, records, labels = setup(coord, tmp_path, "st-cap", "hosp-st-cap", cap="3",
-                                   online={"epoch_records": 150})
+                                   online={"epoch_records": 70})
     out = tmp_path / "scores.csv"
     proc = stream(state, "st-cap", records, out, labels)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 8, err
     assert "privacy cap reached: epoch 1" in err and "before deciding or noising" in err
     rows = score_rows(out)
-    assert [r["id"] for r in rows] == [f"r{i}" for i in range(150)]  # epoch 0 only
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(70)]  # epoch 0 only
     import sqlite3
 
     with sqlite3.connect(state / "studies" / "st-cap" / "stream.sqlite3") as db:
-        assert db.execute("SELECT MAX(seq) FROM records").fetchone()[0] == 149
+        assert db.execute("SELECT MAX(seq) FROM records").fetchone()[0] == 69
         stored = db.execute("SELECT COUNT(*) FROM releases").fetchone()[0]
         pending = int(db.execute("SELECT v FROM meta WHERE k='pending_count'").fetchone()[0])
     labelled = sum(int(r["queried"]) for r in rows)
@@ -145,7 +151,7 @@ def test_cap_reached_mid_stream_stops_before_deciding_or_noising(participant_coo
     again = stream(state, "st-cap", records, out, labels)  # a restart stops at once
     _, err = again.communicate(timeout=120)
     assert again.returncode == 8, err
-    assert len(score_rows(out)) == 150
+    assert len(score_rows(out)) == 70
 
 
 def test_coordinator_refuses_bad_gradient_releases_and_replays_identical_ones(
@@ -192,3 +198,22 @@ def test_coordinator_refuses_bad_gradient_releases_and_replays_identical_ones(
     model = httpx.get(f"{coord.url}/v1/studies/st-wire/online/model", headers=headers,
                       timeout=30).json()
     assert model["version"] == 2 and model["pending"] == 0
+
+
+def test_watch_reads_files_as_they_appear_and_csv_too(participant_coordinator, tmp_path):
+    coord = participant_coordinator
+    state, records, labels = setup(coord, tmp_path, "st-watch", "hosp-st-watch", n=60)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    lines = records.read_text().splitlines(keepends=True)
+    (inbox / "a.jsonl").write_text("".join(lines[:30]))
+    docs = [json.loads(line) for line in lines[30:]]
+    (inbox / "b.csv").write_text("id,a,b,c\n" + "".join(
+        f"{d['id']},{d['a']},{d['b']},{d['c']}\n" for d in docs))
+    (inbox / ".c.jsonl").write_text(lines[0])  # still being written: ignored
+    out = tmp_path / "scores.csv"
+    done = subprocess.run([EXE, "--state", str(state), "--json", "stream", "st-watch",
+                           "--watch", str(inbox), "--once", "--out", str(out), "--labels",
+                           str(labels)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [r["id"] for r in score_rows(out)] == [f"r{i}" for i in range(60)]
