@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
+from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.cellkeys import MAX_KEY_BITS
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
@@ -69,29 +69,20 @@ MAX_DELTA = Decimal("0.01")
 """A delta this large or larger is refused: it allows releasing individual records."""
 
 
-def _decimal_in(value: object, quantum: Decimal, name: str) -> Decimal:
-    if isinstance(value, float):
-        raise ValueError(f"{name} must be a decimal string such as '0.5', not a float")
-    try:
-        return exact_decimal(value, quantum, name)
-    except TypeError as exc:
-        raise ValueError(str(exc)) from exc
-
-
 def _decimal_out(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
 Epsilon = Annotated[
     Decimal,
-    BeforeValidator(lambda v: _decimal_in(v, EPSILON_QUANTUM, "epsilon")),
+    BeforeValidator(lambda v: decimal_field(v, EPSILON_QUANTUM, "epsilon")),
     PlainSerializer(_decimal_out, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "examples": ["0.5"]}),
 ]
 """Non-negative epsilon: a decimal string (or int) with at most 9 decimals; floats refused."""
 Delta = Annotated[
     Decimal,
-    BeforeValidator(lambda v: _decimal_in(v, DELTA_QUANTUM, "delta")),
+    BeforeValidator(lambda v: decimal_field(v, DELTA_QUANTUM, "delta")),
     PlainSerializer(_decimal_out, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "examples": ["0.000001"]}),
 ]

@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
-from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
+from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.online.learner import OnlineConfig
 from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
 
@@ -50,15 +50,7 @@ __all__ = ["OnlineParams", "online_noise", "to_ball"]
 
 
 def _exact(quantum: Decimal, name: str) -> BeforeValidator:
-    def check(value: object) -> Decimal:
-        if isinstance(value, float):
-            raise ValueError(f"{name} must be a decimal string such as '1', not a float")
-        try:
-            return exact_decimal(value, quantum, name)
-        except TypeError as exc:
-            raise ValueError(str(exc)) from exc
-
-    return BeforeValidator(check)
+    return BeforeValidator(lambda value: decimal_field(value, quantum, name))
 
 
 _AS_TEXT = PlainSerializer(lambda d: f"{d.normalize():f}", return_type=str, when_used="json")
