@@ -118,6 +118,11 @@ def submit(session: Session, participant: Participant, study: Study,
     except ValueError as exc:
         raise InvalidInput(f"noisy_sum: {exc}") from exc
     cost = _check_cost(params, body)
+    if body.epochs == 0 and session.scalar(select(OnlineRelease.id).where(
+            OnlineRelease.participant_id == participant.id,
+            OnlineRelease.study_id == study.id).limit(1)) is None:
+        raise InvalidInput("a participant's first gradient release for a study must carry "
+                           "the charge of its first epoch (epochs >= 1)")
     if (refusal := _over_budget(participant, cost)) is not None:
         raise refusal
     eps, delta = cost.to_units()

@@ -183,6 +183,8 @@ def test_coordinator_refuses_bad_gradient_releases_and_replays_identical_ones(
     assert post({**body, "epsilon": "1"}).status_code == 422  # not the epoch cost
     assert post({**body, "noisy_sum": encode_vector(np.ones(3))}).status_code == 422
     assert post({**body, "config_version": 2}).status_code == 409
+    free_first = {**body, "epochs": 0, "epsilon": "0", "delta": "0"}
+    assert post(free_first).status_code == 422  # the first release carries an epoch charge
     first = post(body)
     assert first.status_code == 201 and first.json()["model_version"] == 1
     assert post(body).status_code == 200  # replay: same answer, no second charge
