@@ -326,19 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(LSH tables only; default from 3 hospitals up); independent: every hospital adds its "
         "own full noise (default for 2)",
     )
-    p.add_argument("--stream", action="store_true",
-                   help="streaming mode instead (docs/ONLINE.md): each hospital runs "
-                        "'fedod-participant stream' on its share of a digits 0 vs 9 stream, a "
-                        "simulated reviewer answers from the held-out labels; prints test "
-                        "error against labels requested")
-    p.add_argument("--stream-records", type=int, default=6000, metavar="N",
-                   help="--stream: records in the pooled stream (6000)")
-    p.add_argument("--stream-batch", type=int, default=100, metavar="L",
-                   help="--stream: labels per noisy gradient release (100)")
-    p.add_argument("--query-p", type=float, default=0.1, metavar="P",
-                   help="--stream: top query probability of the exponential rule (0.1)")
-    p.add_argument("--chunks", type=int, default=4, metavar="K",
-                   help="--stream: evaluate after each of K rounds of streaming (4)")
+    from participant.simulate_stream import add_arguments as stream_arguments
+
+    stream_arguments(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--export", metavar="DIR", help="only write DIR/study.json and each "
                    "hospital's DIR/<hospital>/data.csv (for docker-compose), then exit")

@@ -161,6 +161,23 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
             "workdir": str(workdir), "stream_records": len(y), "test_records": len(yt)}
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``--stream`` options of ``fedod-simulate``."""
+    p.add_argument("--stream", action="store_true",
+                   help="streaming mode instead (docs/ONLINE.md): each hospital runs "
+                        "'fedod-participant stream' on its share of a digits 0 vs 9 stream, a "
+                        "simulated reviewer answers from the held-out labels; prints test "
+                        "error against labels requested")
+    p.add_argument("--stream-records", type=int, default=6000, metavar="N",
+                   help="--stream: records in the pooled stream (6000)")
+    p.add_argument("--stream-batch", type=int, default=100, metavar="L",
+                   help="--stream: labels per noisy gradient release (100)")
+    p.add_argument("--query-p", type=float, default=0.1, metavar="P",
+                   help="--stream: top query probability of the exponential rule (0.1)")
+    p.add_argument("--chunks", type=int, default=4, metavar="K",
+                   help="--stream: evaluate after each of K rounds of streaming (4)")
+
+
 def print_stream(result: dict[str, Any]) -> None:
     print(f"\nstream: digits 0 vs 9, {result['stream_records']} records across hospitals, "
           f"{result['test_records']} held-out test records; charge per hospital epoch "
