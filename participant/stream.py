@@ -73,8 +73,7 @@ class Streamer:
         self.rule, self.noise = self.params.rule(), self.params.noise()
         self.learner = self.params.learner()
         self.lo, self.hi = np.asarray(config.lo), np.asarray(config.hi)
-        if store.get("stream_id") is None:
-            store._set(stream_id=secrets.token_urlsafe(12))
+        self.stream_id = store.stream_id()
         self.on_release: Callable[[str], None] = lambda key: None
 
     # --- per record ---------------------------------------------------------------------
@@ -123,7 +122,7 @@ class Streamer:
                 raise BudgetExceeded(
                     f"the coordinator's ledger has {there.remaining} left of your cap there",
                     spent=there.spent, asked=owed, cap=there.cap)
-            self.ledger.reserve(idempotency_key=f"stream-{self.store.get('stream_id')}-e{epoch}",
+            self.ledger.reserve(idempotency_key=f"stream-{self.stream_id}-e{epoch}",
                                 study=self.config.study_id, config_version=self.config.version,
                                 config_digest=self.digest, cost=cost, cap=self.cap)
         except BudgetExceeded as exc:
@@ -133,7 +132,7 @@ class Streamer:
                 f"({exc}). The stream stopped before deciding or noising any record of it; "
                 "its position is kept.", spent=_budget(exc.context.get("spent")),
                 asked=cost, cap=_budget(exc.context.get("cap"), self.cap)) from exc
-        self.ledger.mark(f"stream-{self.store.get('stream_id')}-e{epoch}", "acknowledged",
+        self.ledger.mark(f"stream-{self.stream_id}-e{epoch}", "acknowledged",
                          detail=f"stream epoch {epoch}: charged once for its records")
         self.store.open_epoch(epoch)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,12 @@ class StreamStore:
     def _set(self, **values: Any) -> None:
         self._db.executemany("INSERT INTO meta VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET "
                              "v=excluded.v", [(k, str(v)) for k, v in values.items()])
+
+    def stream_id(self) -> str:
+        """This stream's random id (names its epoch charges in the ledger), made once."""
+        if self.get("stream_id") is None:
+            self._set(stream_id=secrets.token_urlsafe(12))
+        return str(self.get("stream_id"))
 
     def num(self, key: str) -> int:
         return int(self.get(key, 0))
