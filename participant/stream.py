@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,10 +70,17 @@ class Streamer:
         self.params: OnlineParams = config.online
         self.ledger, self.client, self.cap, self.detectors = ledger, client, cap, detectors
         self.rule, self.noise = self.params.rule(), self.params.noise()
-        self.learner = self.params.learner()
         self.lo, self.hi = np.asarray(config.lo), np.asarray(config.hi)
         self.stream_id = store.stream_id()
-        self.on_release: Callable[[str], None] = lambda key: None
+
+    def resume(self) -> None:
+        """After a restart: send stored releases, use kept labels of awaiting records, release
+        a batch that was full, and pick up the newest weights."""
+        self.send_stored()
+        for record_id, label in self.store.parked_for_awaiting():
+            self.label(record_id, label)
+        self.maybe_release()  # a batch filled just before a kill
+        self.refresh_weights()
 
     # --- per record ---------------------------------------------------------------------
     def consume(self, record_id: str, x: NDArray[np.floating]) -> Scored | None:
@@ -87,8 +93,9 @@ class Streamer:
         w, _ = self.store.weights("average" if self.params.average else "weights")
         margin = float(w @ z)
         scores = {"online": margin}
+        row = np.asarray(x, dtype=np.float64)[None, :]
         for name, det in self.detectors.items():
-            scores[name] = float(det.decision_function(np.asarray(x, dtype=np.float64)[None, :])[0])
+            scores[name] = float(det.decision_function(row)[0])
         queried = bernoulli(self.rule.probability(margin))
         self.store.decide(record_id, queried, z, scores,
                           records_scheme=self.params.scheme == "records")
@@ -156,7 +163,6 @@ class Streamer:
             noisy_sum=encode_vector(self.noise.release(total)), epochs=epochs,
             epsilon=cost.epsilon, delta=cost.delta)
         self.store.store_release(key, body.model_dump_json())
-        self.on_release(key)
         self.send_stored()
 
     def send_stored(self) -> int:

@@ -74,8 +74,7 @@ def cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
         try:
             streamer = Streamer(config, signed.digest(), store, ledger, client, enrolment.cap,
                                 _detectors(agent, client, args.study, config))
-            streamer.send_stored()
-            streamer.refresh_weights()
+            streamer.resume()
             _run(streamer, store, config, args)
         finally:
             store.close()

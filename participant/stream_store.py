@@ -173,6 +173,13 @@ class StreamStore:
                                (record_id,)).fetchone()
         return None if row is None else int(row[0])
 
+    def parked_for_awaiting(self) -> list[tuple[str, int]]:
+        """Kept labels whose record was queried and still awaits one (a kill fell between
+        the record's decision and the use of its kept label)."""
+        return [(r, int(v)) for r, v in self._db.execute(
+            "SELECT w.id, w.label FROM waiting_labels w JOIN records r ON r.id = w.id "
+            "WHERE r.queried = 1 AND r.label IS NULL ORDER BY r.seq")]
+
     def set_labels_offset(self, offset: int) -> None:
         self._set(labels_offset=offset)
 
