@@ -120,6 +120,14 @@ class Streamer:
     def _open_epoch(self, epoch: int) -> None:
         if epoch <= int(self.store.get("epoch", -1)):
             return
+        key = f"stream-{self.stream_id}-e{epoch}"
+        charged = self.ledger.entries(study=self.config.study_id)
+        if not any(e.idempotency_key == key for e in charged):
+            self._charge(epoch, key)  # else: charged before a kill, not yet recorded here
+        self.store.open_epoch(epoch)
+
+    def _charge(self, epoch: int, key: str) -> None:
+        """Reserve the epoch in the local ledger, after checking both caps."""
         cost = self.params.epoch_cost()
         unclaimed = self.store.num("epochs_unclaimed") + 1
         there = self.client.budget()
@@ -129,9 +137,9 @@ class Streamer:
                 raise BudgetExceeded(
                     f"the coordinator's ledger has {there.remaining} left of your cap there",
                     spent=there.spent, asked=owed, cap=there.cap)
-            self.ledger.reserve(idempotency_key=f"stream-{self.stream_id}-e{epoch}",
-                                study=self.config.study_id, config_version=self.config.version,
-                                config_digest=self.digest, cost=cost, cap=self.cap)
+            self.ledger.reserve(idempotency_key=key, study=self.config.study_id,
+                                config_version=self.config.version, config_digest=self.digest,
+                                cost=cost, cap=self.cap)
         except BudgetExceeded as exc:
             raise StreamCapReached(
                 f"privacy cap reached: epoch {epoch} of this stream (records from "
@@ -139,9 +147,8 @@ class Streamer:
                 f"({exc}). The stream stopped before deciding or noising any record of it; "
                 "its position is kept.", spent=_budget(exc.context.get("spent")),
                 asked=cost, cap=_budget(exc.context.get("cap"), self.cap)) from exc
-        self.ledger.mark(f"stream-{self.stream_id}-e{epoch}", "acknowledged",
+        self.ledger.mark(key, "acknowledged",
                          detail=f"stream epoch {epoch}: charged once for its records")
-        self.store.open_epoch(epoch)
 
     def maybe_release(self) -> None:
         """Close the batch when full: release it (noise drawn here, once) and send it."""
