@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
 
-__all__ = ["EPSILON_QUANTUM", "DELTA_QUANTUM", "BudgetLike", "PrivacyBudget", "exact_decimal"]
+__all__ = [
+    "EPSILON_QUANTUM",
+    "DELTA_QUANTUM",
+    "BudgetLike",
+    "PrivacyBudget",
+    "decimal_field",
+    "exact_decimal",
+]
 
 EPSILON_QUANTUM = Decimal("1e-9")
 DELTA_QUANTUM = Decimal("1e-18")
@@ -56,6 +63,16 @@ def exact_decimal(value: object, quantum: Decimal, name: str) -> Decimal:
     if quantised / quantum > _MAX_UNITS:
         raise ValueError(f"{name} is too large to account for exactly, got {_show(value)}")
     return quantised
+
+
+def decimal_field(value: object, quantum: Decimal, name: str) -> Decimal:
+    """:func:`exact_decimal` for a pydantic field: floats and other types raise ValueError."""
+    if isinstance(value, float):
+        raise ValueError(f"{name} must be a decimal string such as '0.5', not a float")
+    try:
+        return exact_decimal(value, quantum, name)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def plain_decimal(value: Decimal) -> str:

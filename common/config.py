@@ -36,10 +36,11 @@ from pydantic import (
     model_validator,
 )
 
-from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
+from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.cellkeys import MAX_KEY_BITS
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
+from common.online.params import OnlineParams
 from common.secagg.params import AggregationParams, modulus_bits
 
 __all__ = [
@@ -68,29 +69,20 @@ MAX_DELTA = Decimal("0.01")
 """A delta this large or larger is refused: it allows releasing individual records."""
 
 
-def _decimal_in(value: object, quantum: Decimal, name: str) -> Decimal:
-    if isinstance(value, float):
-        raise ValueError(f"{name} must be a decimal string such as '0.5', not a float")
-    try:
-        return exact_decimal(value, quantum, name)
-    except TypeError as exc:
-        raise ValueError(str(exc)) from exc
-
-
 def _decimal_out(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
 Epsilon = Annotated[
     Decimal,
-    BeforeValidator(lambda v: _decimal_in(v, EPSILON_QUANTUM, "epsilon")),
+    BeforeValidator(lambda v: decimal_field(v, EPSILON_QUANTUM, "epsilon")),
     PlainSerializer(_decimal_out, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "examples": ["0.5"]}),
 ]
 """Non-negative epsilon: a decimal string (or int) with at most 9 decimals; floats refused."""
 Delta = Annotated[
     Decimal,
-    BeforeValidator(lambda v: _decimal_in(v, DELTA_QUANTUM, "delta")),
+    BeforeValidator(lambda v: decimal_field(v, DELTA_QUANTUM, "delta")),
     PlainSerializer(_decimal_out, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "examples": ["0.000001"]}),
 ]
@@ -249,12 +241,18 @@ class StudyConfig(_Model):
         description="Release aggregation; null is independent noise (omitted from the JSON, so "
         "configs signed before secure aggregation keep their canonical form).",
     )
+    online: OnlineParams | None = Field(
+        default=None,
+        description="Streaming mode (fedod-participant stream), or null; omitted from the "
+        "JSON when null, so configs signed before it keep their canonical form.",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_default_aggregation(self, handler: SerializerFunctionWrapHandler) -> Any:
         doc = handler(self)
-        if isinstance(doc, dict) and doc.get("aggregation") is None:
-            doc.pop("aggregation", None)
+        for optional in ("aggregation", "online"):
+            if isinstance(doc, dict) and doc.get(optional) is None:
+                doc.pop(optional, None)
         return doc
 
     @property
@@ -313,6 +311,9 @@ class StudyConfig(_Model):
                     "delta_grid must be 0 for a dense grid (pure epsilon-DP); "
                     "it would be charged for nothing"
                 )
+        if self.online is not None and self.online.dim != len(self.features) + 1:
+            raise ValueError(f"online.dim must be the number of features + 1 (bias): "
+                             f"{len(self.features) + 1}")
         if self.aggregation_mode == "secure":
             if self.grid is not None and self.grid_layout == "sparse":
                 raise ValueError(
@@ -408,6 +409,7 @@ def new_study_config(
     scoring: Literal["log", "mass"] | None = None,
     now: datetime | None = None,
     aggregation: AggregationParams | None = None,
+    online: OnlineParams | None = None,
 ) -> StudyConfig:
     """Build a config with a fresh 32-byte seed (unless given) and its LSH digest."""
     seed = os.urandom(32) if seed is None else seed
@@ -433,4 +435,5 @@ def new_study_config(
         grid=grid,
         privacy=privacy,
         aggregation=None if aggregation == AggregationParams() else aggregation,
+        online=online,
     )

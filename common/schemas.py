@@ -25,6 +25,7 @@ from common.config import (
     StudyId,
 )
 from common.encoding import EncodedCounts
+from common.online.params import OnlineParams
 from common.secagg.params import AggregationParams
 from common.signing import SignedConfig
 
@@ -100,6 +101,10 @@ class StudyCreate(_Input):
         default=None,
         description="independent (default) or secure aggregation with its signed cohort "
         "parameters (n, dropouts, colluders, hence h_min).",
+    )
+    online: OnlineParams | None = Field(
+        default=None,
+        description="Streaming mode (DP online active learning, docs/ONLINE.md), or null.",
     )
 
 

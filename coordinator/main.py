@@ -20,6 +20,7 @@ from coordinator.api.routes import (
     health,
     keys,
     models,
+    online,
     participants,
     rounds,
     studies,
@@ -101,7 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys.ensure()
 
     app.include_router(health.router)
-    for module in (keys, studies, contributions, models, participants, budget, rounds):
+    for module in (keys, studies, contributions, models, participants, budget, rounds,
+                   online):
         app.include_router(module.router, prefix="/v1")
     app.include_router(dashboard.router)
     app.add_exception_handler(FedodError, handle_domain_error)

@@ -1,6 +1,7 @@
 """``fedod-participant``: run a fedod participant next to local data.
 
-Subcommands: enrol, approve, config, check-data, contribute, score, run, round, ledger, status.
+Subcommands: enrol, approve, config, check-data, contribute, score, run, round, stream,
+ledger, status.
 
 Exit codes:
     0  success
@@ -14,6 +15,8 @@ Exit codes:
     6  coordinator unavailable after retries (a stored release is re-sent on the next run),
        or `run` gave up waiting for contributors
     7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict)
+    8  stream stopped: the next epoch's charge would pass a cap (local or the coordinator's);
+       nothing of that epoch was decided or noised, and the position is kept
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ from participant.commands import COMMANDS, build_parser
 from participant.state import NotEnrolled
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_DATA, EXIT_CONFIG = 0, 1, 2, 3, 4
-EXIT_BUDGET, EXIT_UNAVAILABLE, EXIT_REFUSED = 5, 6, 7
+EXIT_BUDGET, EXIT_UNAVAILABLE, EXIT_REFUSED, EXIT_STREAM_CAP = 5, 6, 7, 8
 
 
 def exit_code(exc: BaseException) -> int:
     """Map an error to the documented exit code."""
+    if type(exc).__name__ == "StreamCapReached":  # participant.stream, imported on use
+        return EXIT_STREAM_CAP
     if isinstance(exc, BudgetExceeded):
         return EXIT_BUDGET
     if isinstance(exc, CoordinatorRefused):

@@ -256,6 +256,15 @@ COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
 }
 
 
+def _cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
+    from participant.stream_cmd import cmd_stream
+
+    cmd_stream(agent, args)
+
+
+COMMANDS["stream"] = _cmd_stream
+
+
 def _global_options(defaults: bool) -> argparse.ArgumentParser:
     """Options accepted before or after the subcommand (subcommand copies do not reset them)."""
     def d(value: Any) -> Any:
@@ -363,6 +372,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--stop-after", choices=("keys", "masked"), default=None,
                    help="drill: leave right after that message was accepted, as a "
                         "participant lost at that point would")
+    from participant.stream_cmd import add_parser as add_stream
+
+    add_stream(add)
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser

@@ -326,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(LSH tables only; default from 3 hospitals up); independent: every hospital adds its "
         "own full noise (default for 2)",
     )
+    from participant.simulate_stream import add_arguments as stream_arguments
+
+    stream_arguments(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--export", metavar="DIR", help="only write DIR/study.json and each "
                    "hospital's DIR/<hospital>/data.csv (for docker-compose), then exit")
@@ -343,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.export:
             export(args)
+            return 0
+        if args.stream:
+            from participant.simulate_stream import print_stream, run_stream
+
+            result = run_stream(args, start_coordinator, _free_port)
+            print(json.dumps(result, indent=2)) if args.json else print_stream(result)
             return 0
         rows, facts = run(args)
     except httpx.HTTPStatusError as exc:

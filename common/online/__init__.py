@@ -4,22 +4,38 @@
 - :mod:`common.online.noise`: the noisy mini-batch gradient sum (OpenDP Gaussian).
 - :mod:`common.online.learner`: projected SGD for a linear SVM with both batching schemes.
 - :mod:`common.online.accounting`: the per-record (and so per-stream) privacy charge.
+- :mod:`common.online.params`: the signed config's online section and the epoch charge.
+- :mod:`common.online.wire`: the gradient release and online model on the wire.
 """
 
-from common.online.accounting import ceil_budget, record_cost, selection_cost
-from common.online.learner import (
-    OnlineConfig,
-    OnlineSVM,
-    apply_step,
-    hinge_gradient,
-    project_ball,
-    step_size,
-)
-from common.online.noise import GradientNoise, gaussian_scale, make_gradient_noise
-from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule, bernoulli
+import importlib
+from typing import Any
+
+_HOME = {
+    "ceil_budget": "accounting", "record_cost": "accounting", "selection_cost": "accounting",
+    "OnlineConfig": "learner", "OnlineSVM": "learner", "apply_step": "learner",
+    "federated_step": "learner", "hinge_gradient": "learner", "project_ball": "learner",
+    "running_mean": "learner",
+    "step_size": "learner", "GradientNoise": "noise", "gaussian_scale": "noise",
+    "make_gradient_noise": "noise", "ExponentialRule": "query", "QueryRule": "query",
+    "RandomizedResponseRule": "query", "bernoulli": "query", "OnlineParams": "params",
+    "to_ball": "params",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import submodules on first use: OpenDP (via ``noise``) takes about a second to import,
+    and ``common.config`` needs only ``params``."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'common.online' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"common.online.{_HOME[name]}"), name)
+
 
 __all__ = [
     "ExponentialRule",
+    "OnlineParams",
+    "federated_step",
+    "to_ball",
     "GradientNoise",
     "OnlineConfig",
     "OnlineSVM",
@@ -33,6 +49,7 @@ __all__ = [
     "make_gradient_noise",
     "project_ball",
     "record_cost",
+    "running_mean",
     "selection_cost",
     "step_size",
 ]

@@ -20,20 +20,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from common.online.noise import GradientNoise
 from common.online.query import QueryRule, bernoulli
+
+if TYPE_CHECKING:  # OpenDP (behind the noise) takes about a second to import
+    from common.online.noise import GradientNoise
 
 __all__ = [
     "OnlineConfig",
     "OnlineSVM",
     "apply_step",
+    "federated_step",
     "hinge_gradient",
     "project_ball",
+    "running_mean",
     "step_size",
 ]
 
@@ -71,6 +75,9 @@ class OnlineConfig:
     eta0: float = 1.0
     batch: int = 1
     scheme: Literal["records", "labels"] = "labels"
+    average: bool = False
+    """Predict with the running mean of the iterates after each step (Polyak averaging):
+    post-processing of the released steps, so free; it damps the gradient noise."""
 
     def __post_init__(self) -> None:
         if self.dim < 1 or self.batch < 1:
@@ -98,6 +105,22 @@ def apply_step(w: Vector, t: int, noisy_sum: Vector, count: int, config: OnlineC
     return project_ball(w - step_size(t, config.eta0) * grad, config.radius_w)
 
 
+def running_mean(mean: Vector, w: Vector, t: int) -> Vector:
+    """Mean of the iterates ``w_1..w_t`` from the mean of ``w_1..w_{t-1}``."""
+    return mean + (w - mean) / t
+
+
+def federated_step(
+    w: Vector, t: int, sums: list[Vector], counts: list[int], config: OnlineConfig
+) -> Vector:
+    """Step ``t`` from several participants' released batches: their noisy sums and labelled
+    counts are added and :func:`apply_step` takes one step (the mean noisy gradient over all
+    their labelled records). Post-processing of the releases only."""
+    if not sums or len(sums) != len(counts):
+        raise ValueError("need one count per noisy sum, and at least one of each")
+    return apply_step(w, t, np.sum(np.stack(sums), axis=0), int(sum(counts)), config)
+
+
 class OnlineSVM:
     """Private online active learner; state after ``__init__`` ends in ``_``."""
 
@@ -111,6 +134,7 @@ class OnlineSVM:
         self.rule = rule
         self.noise = noise
         self.w_: Vector = np.zeros(config.dim)
+        self.w_avg_: Vector = np.zeros(config.dim)
         self.updates_ = 0
         self.seen_ = 0
         self.queried_ = 0
@@ -118,10 +142,16 @@ class OnlineSVM:
         self._count = 0
         self._since_update = 0
 
+    @property
+    def coef_(self) -> Vector:
+        """The weights that score: the iterate average with ``config.average``, else ``w_``."""
+        return self.w_avg_ if self.config.average else self.w_
+
     def decision_function(self, X: NDArray[np.floating]) -> Vector:
-        """Margins ``<w, Pi_M(x)>`` of rows of ``X`` (positive = class +1)."""
+        """Margins ``<coef_, Pi_M(x)>`` of rows of ``X`` (positive = class +1)."""
         rows = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        return np.array([float(self.w_ @ project_ball(r, self.config.radius_x)) for r in rows])
+        return np.array([float(self.coef_ @ project_ball(r, self.config.radius_x))
+                         for r in rows])
 
     def predict(self, X: NDArray[np.floating]) -> NDArray[np.int64]:
         """Labels in {-1, +1}."""
@@ -132,7 +162,7 @@ class OnlineSVM:
         xp = project_ball(np.asarray(x, dtype=np.float64), self.config.radius_x)
         if xp.shape != (self.config.dim,):
             raise ValueError(f"record must have {self.config.dim} features, got {xp.shape}")
-        margin = float(self.w_ @ xp)
+        margin = float(self.coef_ @ xp)
         asked = True if self.rule is None else bernoulli(self.rule.probability(margin))
         self.seen_ += 1
         self._since_update += 1
@@ -151,6 +181,7 @@ class OnlineSVM:
             noisy = self._sum if self.noise is None else self.noise.release(self._sum)
             self.updates_ += 1
             self.w_ = apply_step(self.w_, self.updates_, noisy, self._count, self.config)
+            self.w_avg_ = running_mean(self.w_avg_, self.w_, self.updates_)
         self._sum = np.zeros(self.config.dim)
         self._count = 0
         self._since_update = 0

@@ -65,6 +65,7 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
             seed=secrets.token_bytes(32),
             scoring=getattr(body.lsh, "scoring", None),
             aggregation=body.aggregation,
+            online=body.online,
         )
     except (ValidationError, ValueError) as exc:
         raise InvalidInput(f"invalid study config: {exc}") from exc
@@ -75,6 +76,10 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
         session.flush()
         session.add(Aggregate(study_id=study.id, version=0, contributors=0))
         session.add(AggregateSnapshot(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
+        if config.online is not None:  # streaming mode: all-zero weights, version 0
+            from coordinator.services.online import new_model
+
+            session.add(new_model(study.id, config.online))
         session.commit()
     except IntegrityError as exc:  # a concurrent request created the same id first
         session.rollback()

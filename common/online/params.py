@@ -1,0 +1,149 @@
+"""The online section of a signed study config: public streaming parameters and their charge.
+
+Everything here is public (it is signed by the coordinator and read by every participant):
+the record ball ``M = radius_x``, the weight ball ``R = radius_w``, the step schedule
+(``eta0``, ``lam``), the batching (``batch``, ``scheme``), the query rule and the privacy
+parameters of Ghassemi, Sarwate & Wright (AISec 2016) as implemented in
+:mod:`common.online`.
+
+**Neighbouring streams and the charge.** Two streams are neighbours when they differ in one
+*slot*: one arriving record replaced by another, or by the empty record (the zero vector,
+which is queried like any record and adds a zero gradient: "removed" keeps its slot). Under
+the ``"labels"`` scheme batch boundaries are fixed by the sequence of query decisions; under
+``"records"`` by slot positions. Both are identical in neighbouring streams once the
+differing slot's query decision is equal, and that decision is ``epsilon_select``-DP; so the
+differing record costs its decision plus one gradient release, and everything else is adaptive
+post-processing: ``(epsilon_select + epsilon_gradient, delta_gradient)`` per slot (parallel
+composition across slots, :mod:`common.online.accounting`).
+
+Plain add/remove *without* a slot is **not** covered at that price: adding one labelled record
+shifts every later ``"labels"`` batch by one record, so each later batch differs in two
+records and the cost grows with the number of later batches. We do not claim it.
+
+The ledger charges that per-slot cost once per **epoch** of ``epoch_records`` arriving
+records, before the epoch's first query decision. One epoch is what the per-slot guarantee
+needs; charging every epoch again makes the ledger total bound a person whose records fall in
+different epochs (at most one per epoch), by basic composition, and lets a cap stop a stream.
+Epsilon is computed in floats (the exponential rule's true epsilon) and rounded *up* to the
+ledger quantum, so the charge is stored exactly and is never below the truth.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from decimal import Decimal
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+
+from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
+from common.online.learner import OnlineConfig
+from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
+
+if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
+    from common.online.noise import GradientNoise
+
+__all__ = ["OnlineParams", "online_noise", "to_ball"]
+
+
+def _exact(quantum: Decimal, name: str) -> BeforeValidator:
+    return BeforeValidator(lambda value: decimal_field(value, quantum, name))
+
+
+_AS_TEXT = PlainSerializer(lambda d: f"{d.normalize():f}", return_type=str, when_used="json")
+_Eps = Annotated[Decimal, _exact(EPSILON_QUANTUM, "epsilon"), _AS_TEXT]
+_Delta = Annotated[Decimal, _exact(DELTA_QUANTUM, "delta"), _AS_TEXT]
+_Pos = Annotated[float, Field(strict=False, gt=0, allow_inf_nan=False)]
+
+
+class OnlineParams(BaseModel):
+    """Public parameters of streaming mode (``fedod-participant stream``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dim: int = Field(ge=2, description="Learner dimension: the number of features + 1 (bias).")
+    radius_x: _Pos = Field(default=1.0, description="M: records are projected into this ball.")
+    radius_w: _Pos = Field(default=100.0, description="R: weights are projected into this ball.")
+    lam: float = Field(default=1e-3, ge=0, allow_inf_nan=False, description="L2 regulariser.")
+    eta0: _Pos = Field(default=10.0, description="Step size eta_t = eta0 / sqrt(t).")
+    batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size (large "
+                       "batches shrink the noise per labelled record; BENCHMARKS.md).")
+    scheme: Literal["records", "labels"] = Field(
+        default="labels", description="Close a batch after `batch` labels or `batch` records.")
+    query: Literal["exponential", "randomized_response"] = Field(
+        default="exponential", description="Private query rule (common.online.query).")
+    p: float = Field(default=0.09, gt=0, lt=1, description="Exponential rule: top query "
+                     "probability; randomized response: ignored (set by epsilon_select).")
+    tau: float = Field(default=0.1, ge=0, allow_inf_nan=False,
+                       description="Randomized response: margin threshold of 'near'.")
+    epsilon_select: _Eps = Field(default=Decimal(1), description="Target epsilon of one "
+                                 "query decision; the charge uses the rule's true epsilon.")
+    epsilon_gradient: _Eps = Field(default=Decimal(1), description="Epsilon of one noisy "
+                                   "mini-batch gradient sum (OpenDP Gaussian).")
+    delta_gradient: _Delta = Field(default=Decimal("0.000001"),
+                                   description="Delta of one noisy gradient sum.")
+    epoch_records: int = Field(default=10_000, ge=1, description="Arriving records per "
+                               "charge: the ledger is charged again every epoch.")
+    average: bool = Field(default=True, description="Score and query with the running mean "
+                          "of the iterates (post-processing of the released steps).")
+    step_releases: int = Field(default=1, ge=1, le=1000, description="Coordinator: noisy "
+                               "batch sums summed into one SGD step.")
+
+    @model_validator(mode="after")
+    def _private(self) -> OnlineParams:
+        if self.epsilon_select <= 0 or self.epsilon_gradient <= 0:
+            raise ValueError("epsilon_select and epsilon_gradient must be > 0")
+        if not Decimal(0) < self.delta_gradient < Decimal("0.01"):
+            raise ValueError("delta_gradient must be in (0, 0.01); use about 1e-6")
+        return self
+
+    def learner(self) -> OnlineConfig:
+        """The pure learner's configuration."""
+        return OnlineConfig(self.dim, self.radius_x, self.radius_w, self.lam, self.eta0,
+                            self.batch, self.scheme, self.average)
+
+    def rule(self) -> QueryRule:
+        """The query rule whose *true* epsilon is at most ``epsilon_select``."""
+        eps = float(self.epsilon_select)
+        if self.query == "randomized_response":
+            p = math.exp(eps) / (1 + math.exp(eps))
+            while abs(math.log(p / (1 - p))) > eps:  # float rounding: never above the target
+                p = math.nextafter(p, 0.5)
+            return RandomizedResponseRule(p=p, tau=self.tau)
+        return ExponentialRule.for_epsilon(self.p, self.radius_w * self.radius_x, eps)
+
+    def noise(self) -> GradientNoise:
+        """Gaussian noise for batch sums (sensitivity ``2 M``), scale computed once."""
+        return online_noise(self.radius_x, float(self.epsilon_gradient),
+                            float(self.delta_gradient))
+
+    def epoch_cost(self) -> PrivacyBudget:
+        """What one epoch is charged: true selection epsilon + one gradient release."""
+        from common.online.accounting import record_cost
+
+        return record_cost(self.rule(), self.noise())
+
+
+def to_ball(X: NDArray[np.floating], lo: NDArray[np.floating], hi: NDArray[np.floating],
+            radius: float = 1.0) -> NDArray[np.float64]:
+    """Map features to ``[-1, 1]`` with the *public* bounds, append a bias feature 1, and
+    scale by ``radius / sqrt(d + 1)``: every row then lies in the ball of ``radius`` without
+    any data-derived statistic (values beyond the bounds are clipped first)."""
+    rows = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    low, high = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    span = np.where(high > low, high - low, 1.0)
+    Z = np.hstack([2 * (np.clip(rows, low, high) - low) / span - 1, np.ones((len(rows), 1))])
+    return np.asarray(Z * (radius / math.sqrt(Z.shape[1])), dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=16)
+def online_noise(radius: float, epsilon: float, delta: float) -> GradientNoise:
+    """Memoised :func:`make_gradient_noise` (its scale search calls OpenDP a few dozen times)."""
+    from common.online.noise import make_gradient_noise
+
+    noise = make_gradient_noise(radius, epsilon, delta)
+    _ = noise.scale
+    return noise

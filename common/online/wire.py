@@ -1,0 +1,98 @@
+"""Wire models of streaming mode: a noisy gradient release and the online model it feeds.
+
+A vector travels as base64 of float64 little-endian (``encode_vector``/``decode_vector``).
+Only the noisy batch sum, the batch's labelled count (post-processing of the private query
+decisions), the weights version it was computed against and the claimed charge leave a
+participant.
+"""
+
+from __future__ import annotations
+
+import base64
+from decimal import Decimal
+from typing import Annotated
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.online.params import _Delta, _Eps
+
+__all__ = [
+    "OnlineGradientCreate",
+    "OnlineGradientPublic",
+    "OnlineModelPublic",
+    "decode_vector",
+    "encode_vector",
+]
+
+_Key = Annotated[str, Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def encode_vector(v: NDArray[np.floating]) -> str:
+    """base64 of the float64 little-endian bytes of ``v``."""
+    return base64.b64encode(np.asarray(v, dtype="<f8").tobytes()).decode("ascii")
+
+
+def decode_vector(text: str, dim: int) -> NDArray[np.float64]:
+    """Inverse of :func:`encode_vector`; refuses a wrong length or a non-finite value."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ValueError(f"vector is not valid base64: {exc}") from exc
+    if len(raw) != 8 * dim:
+        raise ValueError(f"vector must hold {dim} float64 values ({8 * dim} bytes), "
+                         f"got {len(raw)} bytes")
+    v = np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    if not np.all(np.isfinite(v)):
+        raise ValueError("vector values must be finite")
+    return v
+
+
+class OnlineGradientCreate(BaseModel):
+    """One noisy mini-batch gradient sum of a participant's stream."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    idempotency_key: _Key = Field(description="The same for every retry of this release.")
+    config_version: int = Field(strict=True, ge=1)
+    config_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    weights_version: int = Field(strict=True, ge=0,
+                                 description="Online model version the gradient was taken at.")
+    count: int = Field(strict=True, ge=1, le=10_000_000,
+                       description="Labelled records in the batch (post-processing of the "
+                       "private query decisions).")
+    noisy_sum: str = Field(description="Noisy gradient sum, base64 float64 little-endian.")
+    epochs: int = Field(strict=True, ge=0, le=1_000_000, description="Epoch charges opened "
+                        "since this stream's previous release (the claimed cost is epochs "
+                        "times the config's epoch cost).")
+    epsilon: _Eps = Field(description="Claimed epsilon: epochs x epoch cost.")
+    delta: _Delta = Field(default=Decimal(0), description="Claimed delta: epochs x epoch cost.")
+
+
+class OnlineGradientPublic(BaseModel):
+    """A stored gradient release (also the answer to a replay)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    study_id: str
+    weights_version: int
+    epsilon: _Eps
+    delta: _Delta
+    model_version: int = Field(description="Online model version after this release.")
+
+
+class OnlineModelPublic(BaseModel):
+    """The current online classifier of a study."""
+
+    model_config = ConfigDict(frozen=True)
+
+    study_id: str
+    config_version: int
+    version: int = Field(description="Number of SGD steps taken (0: all-zero weights).")
+    pending: int = Field(description="Releases received towards the next step.")
+    weights: str = Field(description="Current SGD iterate, base64 float64 little-endian "
+                         "(dim values): gradients are taken at it.")
+    average: str = Field(description="Running mean of the iterates, same encoding: scoring "
+                         "and the query rule use it when the config's `average` is on.")

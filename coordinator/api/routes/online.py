@@ -1,0 +1,64 @@
+"""Streaming mode: noisy gradient releases in, the online classifier out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from sqlalchemy.orm import Session
+
+from common.budget import PrivacyBudget
+from common.online.wire import OnlineGradientCreate, OnlineGradientPublic, OnlineModelPublic
+from coordinator.api.deps import (
+    Credentials,
+    get_caller,
+    require_participant,
+    study_member,
+    study_reader,
+)
+from coordinator.api.onehop import in_one_hop
+from coordinator.config import Settings
+from coordinator.services import online
+
+router = APIRouter(prefix="/studies", tags=["online"])
+
+
+@router.post(
+    "/{study_id}/online/gradients",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"description": "replay of an earlier request with the same key"}},
+)
+async def create_gradient(
+    study_id: str, body: OnlineGradientCreate, request: Request, creds: Credentials,
+    response: Response,
+) -> OnlineGradientPublic:
+    """Store and charge one noisy mini-batch gradient sum (201; 200 for a replayed key).
+
+    For members of a study with an online section. The claimed cost must be `epochs` times
+    the config's epoch cost; once `step_releases` releases are pending the coordinator takes
+    one SGD step on their summed noisy sums.
+    """
+
+    def work(session: Session, settings: Settings) -> online.Outcome:
+        participant = require_participant(get_caller(session, settings, creds))
+        study = study_member(study_id, session, participant)
+        return online.submit(session, participant, study, body)
+
+    outcome = await in_one_hop(request, work)
+    if outcome.replay:
+        response.status_code = status.HTTP_200_OK
+    r = outcome.release
+    cost = PrivacyBudget.from_units(r.eps_units, r.delta_units)
+    return OnlineGradientPublic(id=r.id, study_id=r.study_id, weights_version=r.weights_version,
+                                epsilon=cost.epsilon, delta=cost.delta,
+                                model_version=outcome.model_version)
+
+
+@router.get("/{study_id}/online/model")
+async def get_online_model(study_id: str, request: Request, creds: Credentials
+                           ) -> OnlineModelPublic:
+    """The current online classifier's weights and step count (admin and members)."""
+
+    def work(session: Session, settings: Settings) -> OnlineModelPublic:
+        study = study_reader(study_id, session, get_caller(session, settings, creds))
+        return online.model_public(session, study)
+
+    return await in_one_hop(request, work)

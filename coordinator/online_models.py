@@ -1,0 +1,48 @@
+"""ORM tables of streaming mode (migration 0008_online): gradient releases and the online model."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from coordinator.models import Base, UTCDateTime, utcnow
+
+
+class OnlineRelease(Base):
+    """One participant's noisy mini-batch gradient sum; its charge is itemised here.
+
+    ``applied_in`` is the online model version whose step consumed it (null while pending).
+    """
+
+    __tablename__ = "online_releases"
+    __table_args__ = (UniqueConstraint("participant_id", "study_id", "idempotency_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), index=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    idempotency_key: Mapped[str] = mapped_column(String(128))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    config_version: Mapped[int] = mapped_column(Integer)
+    weights_version: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer)
+    noisy_sum: Mapped[str] = mapped_column(Text)
+    eps_units: Mapped[int] = mapped_column(BigInteger)
+    delta_units: Mapped[int] = mapped_column(BigInteger)
+    applied_in: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class OnlineModel(Base):
+    """The current online classifier of a study: ``version`` steps taken; its row is the
+    lock every gradient release takes."""
+
+    __tablename__ = "online_models"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    pending: Mapped[int] = mapped_column(Integer, default=0)
+    weights: Mapped[str] = mapped_column(Text)
+    average: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,171 @@
+"""Streaming mode: store and charge a noisy gradient release, take the SGD step, serve weights.
+
+One transaction per release, in this order: the conditional charge on the participant row
+(``services.charge.CHARGE``: active and within both caps, the participant lock), the study's
+online model row (the study lock), the config check under it, the insert, and, once
+``step_releases`` releases are pending, :func:`common.online.learner.federated_step` on
+their summed noisy sums and counts (pure post-processing of released values). A replay of an
+idempotency key answers the stored release; a different body under the same key is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from common.budget import PrivacyBudget
+from common.config import StudyConfig
+from common.errors import ConfigVersionConflict, IdempotencyConflict, InvalidInput, NotFound
+from common.online.learner import federated_step, running_mean
+from common.online.params import OnlineParams
+from common.online.wire import (
+    OnlineGradientCreate,
+    OnlineModelPublic,
+    decode_vector,
+    encode_vector,
+)
+from coordinator.models import Participant, Study, utcnow
+from coordinator.online_models import OnlineModel, OnlineRelease
+from coordinator.services import charge
+from coordinator.services.contributions import _check_config, _over_budget
+from coordinator.services.studies import study_config
+
+
+@dataclass(frozen=True)
+class Outcome:
+    release: OnlineRelease
+    model_version: int
+    replay: bool
+
+
+def online_params(study: Study) -> tuple[StudyConfig, OnlineParams]:
+    """The study's config and its online section (404 when the study has none)."""
+    config = study_config(study)
+    if config.online is None:
+        raise NotFound(f"study {study.id!r} has no online section: it does not stream")
+    return config, config.online
+
+
+def new_model(study_id: str, params: OnlineParams) -> OnlineModel:
+    """The all-zero starting weights (version 0)."""
+    zeros = encode_vector(np.zeros(params.dim))
+    return OnlineModel(study_id=study_id, version=0, pending=0, weights=zeros, average=zeros)
+
+
+def _digest(body: OnlineGradientCreate) -> str:
+    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+def _previous(session: Session, participant_id: int, study_id: str, key: str
+              ) -> OnlineRelease | None:
+    return session.scalar(select(OnlineRelease).where(
+        OnlineRelease.participant_id == participant_id, OnlineRelease.study_id == study_id,
+        OnlineRelease.idempotency_key == key))
+
+
+def _replay(previous: OnlineRelease, digest: str, session: Session) -> Outcome:
+    if not hmac.compare_digest(previous.request_sha256, digest):
+        raise IdempotencyConflict(
+            f"idempotency key already used (online release {previous.id}) for a different "
+            "payload; a retry must resend exactly the same release", release=previous.id)
+    model = session.get(OnlineModel, previous.study_id)
+    return Outcome(previous, model.version if model else 0, replay=True)
+
+
+def _check_cost(params: OnlineParams, body: OnlineGradientCreate) -> PrivacyBudget:
+    claimed = PrivacyBudget(body.epsilon, body.delta)
+    per_epoch = params.epoch_cost()
+    eps, delta = per_epoch.to_units()
+    expected = PrivacyBudget.from_units(eps * body.epochs, delta * body.epochs)
+    if claimed != expected:
+        raise InvalidInput(f"claimed cost {claimed} differs from {body.epochs} epoch(s) at "
+                           f"{per_epoch} each ({expected}) that the study config prescribes")
+    return claimed
+
+
+def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
+    pending = list(session.scalars(select(OnlineRelease).where(
+        OnlineRelease.study_id == model.study_id, OnlineRelease.applied_in.is_(None)
+    ).order_by(OnlineRelease.id)))
+    w = decode_vector(model.weights, params.dim)
+    sums = [decode_vector(r.noisy_sum, params.dim) for r in pending]
+    w = federated_step(w, model.version + 1, sums, [r.count for r in pending], params.learner())
+    model.version += 1
+    average = running_mean(decode_vector(model.average, params.dim), w, model.version)
+    model.weights, model.average = encode_vector(w), encode_vector(average)
+    model.pending, model.updated_at = 0, utcnow()
+    for r in pending:
+        r.applied_in = model.version
+
+
+def submit(session: Session, participant: Participant, study: Study,
+           body: OnlineGradientCreate) -> Outcome:
+    """Validate, charge, store, and step when enough releases are pending."""
+    digest = _digest(body)
+    previous = _previous(session, participant.id, study.id, body.idempotency_key)
+    if previous is not None:
+        return _replay(previous, digest, session)
+    config, params = online_params(study)
+    _check_config(study.id, study.config_version, study.config_digest, body)  # type: ignore[arg-type]
+    try:
+        decode_vector(body.noisy_sum, params.dim)
+    except ValueError as exc:
+        raise InvalidInput(f"noisy_sum: {exc}") from exc
+    cost = _check_cost(params, body)
+    if body.epochs == 0 and session.scalar(select(OnlineRelease.id).where(
+            OnlineRelease.participant_id == participant.id,
+            OnlineRelease.study_id == study.id).limit(1)) is None:
+        raise InvalidInput("a participant's first gradient release for a study must carry "
+                           "the charge of its first epoch (epochs >= 1)")
+    if (refusal := _over_budget(participant, cost)) is not None:
+        raise refusal
+    eps, delta = cost.to_units()
+    ids = {"pid": participant.id, "sid": study.id}
+    try:
+        conn = session.connection()
+        if conn.execute(charge.CHARGE, {"eps": eps, "delta": delta, **ids}).first() is None:
+            session.rollback()
+            raise _over_budget(session.get(Participant, participant.id, populate_existing=True)
+                               or participant, cost) or InvalidInput("participant revoked")
+        model = session.get(OnlineModel, study.id, with_for_update=True, populate_existing=True)
+        if model is None:
+            model = new_model(study.id, params)
+            session.add(model)
+        _check_config(study.id, *conn.execute(charge.CONFIG, {"sid": study.id}).one(), body)  # type: ignore[arg-type]
+        release = OnlineRelease(
+            study_id=study.id, participant_id=participant.id,
+            idempotency_key=body.idempotency_key, request_sha256=digest,
+            config_version=body.config_version, weights_version=body.weights_version,
+            count=body.count, noisy_sum=body.noisy_sum, eps_units=eps, delta_units=delta)
+        session.add(release)
+        model.pending += 1
+        session.flush()
+        if model.pending >= params.step_releases:
+            _step(session, model, params)
+        version = model.version
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        previous = _previous(session, participant.id, study.id, body.idempotency_key)
+        if previous is None:
+            raise
+        return _replay(previous, digest, session)
+    except ConfigVersionConflict:
+        session.rollback()
+        raise
+    return Outcome(release, version, replay=False)
+
+
+def model_public(session: Session, study: Study) -> OnlineModelPublic:
+    """The current weights (all zero before the first step)."""
+    config, params = online_params(study)
+    model = session.get(OnlineModel, study.id) or new_model(study.id, params)
+    return OnlineModelPublic(study_id=study.id, config_version=config.version,
+                             version=model.version or 0, pending=model.pending or 0,
+                             weights=model.weights, average=model.average)
