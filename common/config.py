@@ -38,6 +38,7 @@ from pydantic import (
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, exact_decimal
 from common.cellkeys import MAX_KEY_BITS
+from common.cohorts.params import CohortParams
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
 from common.secagg.params import AggregationParams, modulus_bits
@@ -249,12 +250,17 @@ class StudyConfig(_Model):
         description="Release aggregation; null is independent noise (omitted from the JSON, so "
         "configs signed before secure aggregation keep their canonical form).",
     )
+    cohorts: CohortParams | None = Field(
+        default=None,
+        description="Private cohort rounds (issue 9); null: none (omitted from the JSON).",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_default_aggregation(self, handler: SerializerFunctionWrapHandler) -> Any:
         doc = handler(self)
-        if isinstance(doc, dict) and doc.get("aggregation") is None:
-            doc.pop("aggregation", None)
+        for optional in ("aggregation", "cohorts"):
+            if isinstance(doc, dict) and doc.get(optional) is None:
+                doc.pop(optional, None)
         return doc
 
     @property
@@ -395,6 +401,7 @@ def new_study_config(
     scoring: Literal["log", "mass"] | None = None,
     now: datetime | None = None,
     aggregation: AggregationParams | None = None,
+    cohorts: CohortParams | None = None,
 ) -> StudyConfig:
     """Build a config with a fresh 32-byte seed (unless given) and its LSH digest."""
     seed = os.urandom(32) if seed is None else seed
@@ -420,4 +427,5 @@ def new_study_config(
         grid=grid,
         privacy=privacy,
         aggregation=None if aggregation == AggregationParams() else aggregation,
+        cohorts=cohorts,
     )

@@ -25,6 +25,7 @@ from common.config import (
     StudyId,
 )
 from common.encoding import EncodedCounts
+from common.cohorts.params import CohortParams
 from common.secagg.params import AggregationParams
 from common.signing import SignedConfig
 
@@ -100,6 +101,9 @@ class StudyCreate(_Input):
         default=None,
         description="independent (default) or secure aggregation with its signed cohort "
         "parameters (n, dropouts, colluders, hence h_min).",
+    )
+    cohorts: CohortParams | None = Field(
+        default=None, description="Private cohort rounds (k-means with fusion), or null."
     )
 
 

@@ -64,6 +64,7 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
             seed=secrets.token_bytes(32),
             scoring=getattr(body.lsh, "scoring", None),
             aggregation=body.aggregation,
+            cohorts=body.cohorts,
         )
     except (ValidationError, ValueError) as exc:
         raise InvalidInput(f"invalid study config: {exc}") from exc
