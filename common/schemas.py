@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from common.cohorts.params import CohortParams
 from common.config import (
     MAX_DELTA,
     Delta,
@@ -25,7 +26,6 @@ from common.config import (
     StudyId,
 )
 from common.encoding import EncodedCounts
-from common.cohorts.params import CohortParams
 from common.secagg.params import AggregationParams
 from common.signing import SignedConfig
 

@@ -359,6 +359,7 @@ class Agent:
         top_k: int | None = None,
     ) -> tuple[ScoreSummary, Any]:
         """Score local records with the global model; returns the summary and the model."""
+        from participant.cohort_columns import fetch_cohorts
         from participant.model import fetch_model, model_detectors
         from participant.scoring import score_source
 
@@ -369,10 +370,11 @@ class Agent:
         with self.client() as client:
             config, _ = self.fetch_config(study, client)
             model = fetch_model(self.state, client, study, config)
+            cohorts = fetch_cohorts(self.state.study_dir(study), client, config)
         detectors = model_detectors(config, model)
         summary = score_source(
-            options.source(path, config), detectors, output,
-            contamination=contamination, top_k=top_k, progress=options.progress, **engine_kw,
+            options.source(path, config), detectors, output, contamination=contamination,
+            top_k=top_k, progress=options.progress, cohorts=cohorts, **engine_kw,
         )
         return summary, model
 

@@ -1,6 +1,7 @@
 """``fedod-participant``: run a fedod participant next to local data.
 
-Subcommands: enrol, approve, config, check-data, contribute, score, run, round, ledger, status.
+Subcommands: enrol, approve, config, check-data, contribute, score, run, round, cohorts,
+ledger, status.
 
 Exit codes:
     0  success

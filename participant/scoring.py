@@ -27,6 +27,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from participant.cohort_columns import Cohorts
 from participant.data import DataSource
 from participant.dataset import DatasetSource
 from participant.progress import Progress
@@ -102,14 +103,19 @@ def score_source(
     contamination: float | None = None,
     top_k: int | None = None,
     progress: bool = False,
+    cohorts: Cohorts | None = None,
 ) -> ScoreSummary:
-    """Score every record of ``source`` with each detector and write ``output``."""
+    """Score every record of ``source`` with each detector and write ``output`` (with each
+    record's released cohort and distance to its centre when ``cohorts`` is given)."""
     output = Path(output)
     parquet = _is_parquet(output)  # refuse a bad name before the scoring work
     parts: dict[str, list[NDArray[np.float64]]] = {name: [] for name in detectors}
     keys: list[pa.Array] = []
+    extra: dict[str, list[NDArray[np.generic]]] = {}
     source.progress = progress
     for chunk in source:
+        for col, values in (cohorts.columns(chunk.X) if cohorts else {}).items():
+            extra.setdefault(col, []).append(values)
         for name, det in detectors.items():
             parts[name].append(np.asarray(det.decision_function(chunk.X), dtype=np.float64))
         if chunk.keys is not None:
@@ -118,7 +124,8 @@ def score_source(
     if n == 0:
         raise ValueError(f"{source.path}: no records to score")
     scores = {name: np.concatenate(p) for name, p in parts.items()}
-    del parts
+    cohort_cols = {col: np.concatenate(v) for col, v in extra.items()}
+    del parts, extra
     combined, rank = combine(scores)
     k = flag_count(n, contamination=contamination, top_k=top_k)
     key_name = source.spec.id_column or "row"
@@ -136,6 +143,7 @@ def score_source(
                 "outlier_score": pa.array(combined[start:stop]),
                 "rank": pa.array(rank[start:stop]),
                 "outlier": pa.array(rank[start:stop] <= k),
+                **{col: pa.array(v[start:stop]) for col, v in cohort_cols.items()},
             }
             table = pa.table(cols)
             if writer is None:

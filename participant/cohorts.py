@@ -1,0 +1,144 @@
+"""Take part in a study's private cohort rounds (``fedod-participant cohorts``).
+
+Per round the order is fixed, each step durable before the next::
+
+    verify config ─► checks that read no data (schema, columns, local cap and the
+    coordinator's remaining budget for this round) ─► local ledger reserve (charged from
+    here on) ─► exact vector over the local records for the round's public state ─► noisy
+    vector drawn ONCE, stored (cohorts/round-<r>.json, 0600) ─► POST; a retry or a rerun
+    re-sends the stored bytes
+
+A round this participant's local cap cannot pay is refused before any noise is drawn. Once
+the coordinator has released the model, the cohorts are printed from it alone (sizes,
+centres in feature units, rule paths for the tree) and it is saved for ``score``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from common.cohorts.model import CohortModel
+from common.cohorts.protocol import CohortState, RoundProtocol, protocol_for
+from common.config import StudyConfig
+from common.errors import ConfigError
+from participant import policy
+from participant.agent import Agent, DataOptions
+from participant.client import CoordinatorClient
+from participant.cohort_columns import MODEL_FILE, model_from_doc
+from participant.state import Enrolment, write_private
+
+Stop = Literal["drawn"] | None
+
+
+def _setup(config: StudyConfig) -> RoundProtocol:
+    if config.cohorts is None:
+        raise ConfigError(f"study {config.study_id!r} has no cohorts section: no cohort rounds")
+    return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
+
+
+def _exact(protocol: RoundProtocol, state: CohortState, source: Any) -> np.ndarray:
+    """The exact vector; a read failure gives zeros (the data must not decide whether a
+    release goes out, as in ``contribute``)."""
+    total = np.zeros(protocol.size(state), dtype=np.int64)
+    try:
+        for chunk in source:
+            total += protocol.exact(state, chunk.X)
+    except Exception:  # noqa: BLE001 - the release still goes out, noise only
+        total[:] = 0
+    return total
+
+
+def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: int,
+          state: CohortState, source: Any, enrolment: Enrolment, path: Path,
+          client: CoordinatorClient) -> None:
+    """Reserve on the local ledger (refusing what the cap cannot pay), read, noise, store."""
+    study, cost = config.study_id, protocol.cost(number - 1)
+    key = f"cohort-{study}-{number}"
+    policy.check_ceiling(cost, enrolment.ceiling)
+    with agent.ledger() as ledger:
+        known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
+        if known and known[0].status != "abandoned":
+            raise ValueError(f"round {number} of {study!r} was drawn and charged, but its "
+                             f"stored vector {path} is gone; it cannot be re-sent (restore "
+                             "the state directory from a backup)")
+        if not known:
+            ledger.check(cost, enrolment.cap)
+            agent._check_coordinator_budget(client, cost)
+            ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
+                           config_digest="", cost=cost, cap=enrolment.cap)
+        noisy = protocol.release(_exact(protocol, state, source), number - 1)
+        body = {"idempotency_key": key, "config_version": config.version,
+                "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
+                "values": [int(v) for v in noisy]}
+        write_private(path, json.dumps(body, separators=(",", ":")).encode())
+        ledger.mark(key, "acknowledged",
+                    detail=f"cohort round {number}: noisy vector stored locally")
+
+
+def _cohorts_doc(client: CoordinatorClient, study: str) -> dict[str, Any]:
+    doc: dict[str, Any] = client.request("GET", f"/v1/studies/{study}/cohorts").json()
+    return doc
+
+
+def describe(model: CohortModel, names: list[str]) -> list[dict[str, Any]]:
+    """The released cohorts, largest first: size, centre per feature, rule path."""
+    order = sorted(range(model.k), key=lambda i: -float(model.masses[i]))
+    return [{"cohort": i, "size": round(float(model.masses[i]), 1),
+             "centre": {n: float(v) for n, v in zip(names, model.centroids[i], strict=True)},
+             "rule": model.describe(i, names) if model.rules else None} for i in order]
+
+
+def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions, *,
+                approve_schema: bool = False, wait: float = 600.0, poll: float = 0.2,
+                stop_after: Stop = None) -> dict[str, Any]:
+    """Send every cohort round this participant owes, then return the released cohorts.
+
+    ``stop_after="drawn"`` leaves right after a round's noisy vector was stored, before it
+    is sent (a drill: the next run re-sends those bytes).
+    """
+    if options.engine_kw():
+        raise ValueError("cohort rounds read the data in process; --engine dask is not "
+                         "supported for 'cohorts' (it is for 'score')")
+    enrolment = agent.state.load_enrolment()
+    with agent.state.lock(), agent.client() as client:
+        config, _ = agent.fetch_config(study, client)
+        protocol = _setup(config)
+        name = client.request("GET", "/v1/me").json()["participant"]
+        folder = agent.state.study_dir(study) / "cohorts"
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        sent: list[int] = []
+        give_up = time.monotonic() + wait
+        while True:
+            doc = _cohorts_doc(client, study)
+            model = model_from_doc(doc)
+            if model is not None:
+                write_private(agent.state.study_dir(study) / MODEL_FILE, model.to_json().encode())
+                names = [f.name for f in config.features]
+                return {"study": study, "participant": name, "method": doc["method"],
+                        "rounds": doc["rounds"], "sent": sent,
+                        "cohorts": describe(model, names)}
+            number, current = doc.get("round"), (doc["history"] or [{}])[-1]
+            owed = (number is not None and name in current.get("expected", [])
+                    and name not in current.get("sent", []))
+            if not owed:
+                if time.monotonic() > give_up:
+                    raise TimeoutError(f"the cohort model of {study!r} was not released "
+                                       f"within {wait} s (status: {doc['status']})")
+                time.sleep(poll)
+                continue
+            path = folder / f"round-{number}.json"
+            if not path.exists():
+                source = agent._checked_source(study, data, options, config, enrolment,
+                                               approve_schema)
+                state = CohortState(number - 1, doc["state"])
+                _draw(agent, config, protocol, number, state, source, enrolment, path, client)
+                if stop_after == "drawn":
+                    return {"stopped_after": "drawn", "round": number}
+            client.request("POST", f"/v1/studies/{study}/cohorts/rounds/{number}",
+                           content=path.read_bytes())
+            sent.append(number)

@@ -1,0 +1,126 @@
+"""Private cohort rounds with a real coordinator process and three real participant processes.
+
+Everything waits on observed progress (a process exiting, a release recorded by the
+coordinator), never on a timer: the admin closes the last round only once the coordinator
+shows the two remaining participants' releases.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+EXE = str(Path(sys.executable).with_name("fedod-participant"))
+FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]
+COHORTS = {"method": "kmeans", "k": 2, "over": 2, "rounds": 3, "epsilon": "3"}
+ROUND_COST = Decimal(1)
+STUDY = "cohort-e2e"
+
+
+def cli(state: Path, *args: str) -> list[str]:
+    return [EXE, "--state", str(state), "--no-progress", *args]
+
+
+def run(cmd: list[str]) -> tuple[int, str, str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def cohort_charges(doc: dict) -> list[Decimal]:
+    return [Decimal(e["epsilon"]) for e in doc["entries"] if e["kind"] == "cohort"]
+
+
+def local_charges(state: Path) -> list[Decimal]:
+    code, out, err = run(cli(state, "ledger", "--json"))
+    assert code == 0, err
+    return [Decimal(e["epsilon"]) for e in json.loads(out)["entries"]
+            if e["key"].startswith("cohort-")]
+
+
+def wait_for(coord, predicate, what: str) -> dict:
+    deadline = time.monotonic() + 240  # a hang guard only: the test waits on progress
+    while time.monotonic() < deadline:
+        doc = coord.admin("GET", f"/v1/studies/{STUDY}/cohorts")
+        if predicate(doc):
+            return doc
+        time.sleep(0.1)
+    raise AssertionError(f"never saw {what}: {doc}")
+
+
+def test_three_participants_run_every_round_end_to_end(participant_coordinator,
+                                                       recording_proxy, tmp_path):
+    coord = participant_coordinator
+    names = ["ch0", "ch1", "ch2"]
+    tokens = {n: coord.new_participant(n, "10") for n in names}
+    coord.new_study(STUDY, FEATURES, members=names, lsh={"n_tables": 5},
+                    privacy={"epsilon_lsh": "0.5"}, cohorts=COHORTS)
+    rng = np.random.default_rng(11)
+    states, data = {}, {}
+    for i, name in enumerate(names):
+        states[name], data[name] = tmp_path / name, tmp_path / f"{name}.csv"
+        X = np.clip(np.vstack([rng.normal(0.25, 0.03, (150, 3)),
+                               rng.normal(0.75, 0.03, (150, 3))]), 0, 1)
+        data[name].write_text("x0,x1,x2\n" + "\n".join(",".join(f"{v:.5f}" for v in r)
+                                                      for r in X) + "\n")
+        (tmp_path / f"{name}.token").write_text(tokens[name])
+        url = recording_proxy.url if i == 0 else coord.url  # ch0's traffic is recorded
+        cap = "2.5" if name == "ch2" else "10"  # ch2 can pay two rounds of 1, not three
+        code, _, err = run(cli(states[name], "enrol", "--coordinator", url, "--fingerprint",
+                               coord.fingerprint(), "--token-file",
+                               str(tmp_path / f"{name}.token"), "--epsilon-cap", cap))
+        assert code == 0, err
+    coord.admin("POST", f"/v1/studies/{STUDY}/cohorts")
+
+    # ch0 draws round 1 and leaves before sending: charged locally, nothing sent
+    code, out, err = run(cli(states["ch0"], "cohorts", STUDY, str(data["ch0"]), "--json",
+                             "--stop-after", "drawn"))
+    assert code == 0 and json.loads(out) == {"stopped_after": "drawn", "round": 1}, err
+    stored = (states["ch0"] / "studies" / STUDY / "cohorts" / "round-1.json").read_bytes()
+    assert local_charges(states["ch0"]) == [ROUND_COST]
+    assert cohort_charges(coord.budget("ch0")) == []
+    assert recording_proxy.bodies("/cohorts/rounds/") == []
+
+    procs = {n: subprocess.Popen(cli(states[n], "cohorts", STUDY, str(data[n]), "--json"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in names}
+    try:
+        # ch2's local cap cannot pay round 3: refused before any noise is drawn (exit 5)
+        out, err = procs["ch2"].communicate(timeout=300)
+        assert procs["ch2"].returncode == 5, out + err
+        assert "local cap" in err and "no noise was drawn" in err
+        folder = states["ch2"] / "studies" / STUDY / "cohorts"
+        assert sorted(p.name for p in folder.iterdir()) == ["round-1.json", "round-2.json"]
+        doc = wait_for(coord, lambda d: d.get("round") == 3
+                       and d["history"][2]["sent"] == ["ch0", "ch1"], "ch0, ch1 in round 3")
+        assert doc["history"][2]["expected"] == names
+        coord.admin("POST", f"/v1/studies/{STUDY}/cohorts/rounds/3/close")
+        results = {}
+        for n in ("ch0", "ch1"):
+            out, err = procs[n].communicate(timeout=300)
+            assert procs[n].returncode == 0, out + err
+            results[n] = json.loads(out)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    # the retried round re-sent the stored bytes exactly
+    assert recording_proxy.bodies("/cohorts/rounds/1")[0] == stored
+    assert results["ch0"]["sent"] == [1, 2, 3] and results["ch1"]["sent"] == [1, 2, 3]
+    # ledgers exact on both sides over the rounds
+    for n, paid in (("ch0", 3), ("ch1", 3), ("ch2", 2)):
+        assert cohort_charges(coord.budget(n)) == [ROUND_COST] * paid, n
+        assert local_charges(states[n]) == [ROUND_COST] * paid, n
+    # both print the same released cohorts, from the model alone
+    cohorts = results["ch0"]["cohorts"]
+    assert cohorts == results["ch1"]["cohorts"] and len(cohorts) == 2
+    assert abs(sum(c["size"] for c in cohorts) - 600) < 150  # round 3: ch0 and ch1 only
+    final = coord.admin("GET", f"/v1/studies/{STUDY}/cohorts")
+    assert final["status"] == "done" and "missing: ch2" in final["history"][2]["detail"]
