@@ -7,6 +7,7 @@ shows the two remaining participants' releases.
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import numpy as np
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]
-COHORTS = {"method": "kmeans", "k": 2, "over": 2, "rounds": 3, "epsilon": "3"}
+COHORTS = {"method": "kmeans", "k": 2, "over": 4, "rounds": 3, "epsilon": "3"}
 ROUND_COST = Decimal(1)
 STUDY = "cohort-e2e"
 
@@ -124,3 +125,18 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
     assert abs(sum(c["size"] for c in cohorts) - 600) < 150  # round 3: ch0 and ch1 only
     final = coord.admin("GET", f"/v1/studies/{STUDY}/cohorts")
     assert final["status"] == "done" and "missing: ch2" in final["history"][2]["detail"]
+    # ch1's score file carries each record's released cohort and its distance to the centre
+    code, _, err = run(cli(states["ch1"], "contribute", STUDY, str(data["ch1"]),
+                           "--send-slot", "0"))  # the LSH model the score file also needs
+    assert code == 0, err
+    out = tmp_path / "ch1-scores.csv"
+    code, _, err = run(cli(states["ch1"], "score", STUDY, str(data["ch1"]), "-o", str(out)))
+    assert code == 0, err
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    X = np.loadtxt(data["ch1"], delimiter=",", skiprows=1)
+    centres = {c["cohort"]: np.array(list(c["centre"].values())) for c in cohorts}
+    for x, row in zip(X, rows, strict=True):  # the box is [0, 1]^3: unit = feature units
+        dist = {i: float(np.linalg.norm(x - c)) for i, c in centres.items()}
+        assert int(row["cohort"]) == min(dist, key=dist.get)
+        assert abs(float(row["cohort_distance"]) - min(dist.values())) < 1e-9
