@@ -16,6 +16,7 @@ centres in feature units, rule paths for the tree) and it is saved for ``score``
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,7 @@ from participant.cohort_columns import MODEL_FILE, model_from_doc
 from participant.state import Enrolment, write_private
 
 Stop = Literal["drawn"] | None
+log = logging.getLogger("fedod.participant")
 
 
 def _setup(config: StudyConfig) -> RoundProtocol:
@@ -48,7 +50,9 @@ def _exact(protocol: RoundProtocol, state: CohortState, source: Any) -> np.ndarr
     try:
         for chunk in source:
             total += protocol.exact(state, chunk.X)
-    except Exception:  # noqa: BLE001 - the release still goes out, noise only
+    except Exception as exc:  # noqa: BLE001 - the release still goes out, noise only
+        log.warning("cohort round: the data could not be used (%s: %s); a noise-only vector "
+                    "goes out in its place (local only, not sent)", type(exc).__name__, exc)
         total[:] = 0
     return total
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
 from sqlalchemy.orm import Session
 
 from common.cohorts.protocol import CohortState
@@ -15,6 +17,7 @@ from coordinator.models import Study
 from coordinator.services import cohorts
 
 router = APIRouter(tags=["cohorts"])
+RoundNumber = Annotated[int, Path(ge=1, le=1000, description="Round number, 1 to T.")]
 
 
 def round_public(session: Session, rnd: CohortRound) -> CohortRoundPublic:
@@ -54,7 +57,7 @@ def start_cohorts(study: StudyReader, session: SessionDep, _: AdminDep) -> Cohor
 
 
 @router.post("/studies/{study_id}/cohorts/rounds/{number}/close")
-def close_round(number: int, study: StudyReader, session: SessionDep,
+def close_round(number: RoundNumber, study: StudyReader, session: SessionDep,
                 _: AdminDep) -> CohortRoundPublic:
     """Close an open round with the releases received so far; the next round waits for them."""
     return round_public(session, cohorts.close(session, study, number))
@@ -65,7 +68,7 @@ def close_round(number: int, study: StudyReader, session: SessionDep,
     status_code=status.HTTP_201_CREATED,
     responses={200: {"description": "a retry: the same release was already stored"}},
 )
-def post_release(number: int, body: CohortReleaseCreate, study: StudyMember,
+def post_release(number: RoundNumber, body: CohortReleaseCreate, study: StudyMember,
                  participant: CurrentParticipant, session: SessionDep,
                  response: Response) -> CohortRoundPublic:
     """A member's noisy vector for round ``number``: charged to its ledger, stored once."""
