@@ -51,9 +51,10 @@ def cohorts_page(session: Session, key_id: str, study_id: str) -> str:
     result = cohorts.result_of(session, study_id)
     rounds = _round_rows(session, study_id)
     status = "done" if result else f"round {len(rounds)} open" if rounds else "not started"
+    first = protocol.cost(protocol.start()).epsilon
     facts = (f"<p>{escape(params.method)}: k {params.k}, {params.over * params.k} starting "
-             f"centroids, {protocol.rounds} rounds; each participant spends ε "
-             f"{fmt(params.epsilon)} in all ({fmt(protocol.cost(0).epsilon)} in round 1). "
+             f"centroids, at most {protocol.rounds} rounds; each participant spends ε "
+             f"{fmt(params.epsilon)} in all ({fmt(first)} in round 1). "
              f'Status: <b id="cohort-status">{escape(status)}</b>.</p>')
     names = [f.name for f in config.features]
     table = (_table("cohorts", ["#Cohort", "#Size (noisy)", "Centre", "Rule"],

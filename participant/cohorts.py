@@ -61,7 +61,7 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
           state: CohortState, source: Any, enrolment: Enrolment, path: Path,
           client: CoordinatorClient) -> None:
     """Reserve on the local ledger (refusing what the cap cannot pay), read, noise, store."""
-    study, cost = config.study_id, protocol.cost(number - 1)
+    study, cost = config.study_id, protocol.cost(state)
     key = f"cohort-{study}-{number}"
     policy.check_ceiling(cost, enrolment.ceiling)
     with agent.ledger() as ledger:
@@ -75,7 +75,7 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
             agent._check_coordinator_budget(client, cost)
             ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
                            config_digest="", cost=cost, cap=enrolment.cap)
-        noisy = protocol.release(_exact(protocol, state, source), number - 1)
+        noisy = protocol.release(_exact(protocol, state, source), state)
         body = {"idempotency_key": key, "config_version": config.version,
                 "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
                 "values": [int(v) for v in noisy]}

@@ -3,12 +3,13 @@
 A method is a :class:`RoundProtocol`: from a public :class:`CohortState` each participant
 computes an exact integer vector over its own records (:meth:`~RoundProtocol.exact`, additive
 over chunks of records), noises it once with the round's budget
-(:meth:`~RoundProtocol.release`); the coordinator sums the released vectors into the next
-state (:meth:`~RoundProtocol.advance`) and, after the last round, post-processes the state
-into the released :class:`~common.cohorts.model.CohortModel` (:meth:`~RoundProtocol.finish`).
-The HTTP and SQL shells (``coordinator.services.cohorts``, ``participant.cohorts``) are generic
-over this interface; :class:`KMeansProtocol` is DP-KCCM (:mod:`common.cohorts.kmeans`), and
-the DPM cohort tree plugs in by implementing the same five methods.
+(:meth:`~RoundProtocol.release`, costing :meth:`~RoundProtocol.cost`); the coordinator sums
+the released vectors into the next state (:meth:`~RoundProtocol.advance`) and, once
+:meth:`~RoundProtocol.finished`, post-processes the state into the released
+:class:`~common.cohorts.model.CohortModel` (:meth:`~RoundProtocol.finish`). The number of
+rounds is at most :attr:`~RoundProtocol.rounds` (a tree may stop early). The HTTP and SQL
+shells (``coordinator.services.cohorts``, ``participant.cohorts``) are generic over this
+interface; :class:`KMeansProtocol` is DP-KCCM (:mod:`common.cohorts.kmeans`).
 
 Privacy: a round releases only :meth:`~RoundProtocol.release`'s output, whose sensitivity and
 noise each method states; everything in a :class:`CohortState` is computed from released
@@ -64,6 +65,7 @@ class RoundProtocol(Protocol):
     """What the coordinator and participants need of a cohort method (see module docstring)."""
 
     rounds: int
+    """Most rounds a run takes."""
 
     def start(self) -> CohortState:
         """The public state before round 0 (from public parameters only)."""
@@ -71,17 +73,20 @@ class RoundProtocol(Protocol):
     def size(self, state: CohortState) -> int:
         """Length of the vector released from ``state``."""
 
-    def cost(self, round_index: int) -> PrivacyBudget:
-        """What releasing round ``round_index`` costs one participant."""
+    def cost(self, state: CohortState) -> PrivacyBudget:
+        """What releasing the round that starts from ``state`` costs one participant."""
 
     def exact(self, state: CohortState, X: ArrayLike) -> Ints:
         """A participant's exact vector over records ``X`` (private; additive over chunks)."""
 
-    def release(self, exact: Ints, round_index: int) -> Ints:
-        """The noisy vector sent for round ``round_index`` (drawn once per round)."""
+    def release(self, exact: Ints, state: CohortState) -> Ints:
+        """The noisy vector sent for the round from ``state`` (drawn once per round)."""
 
     def advance(self, state: CohortState, releases: Sequence[Ints]) -> CohortState:
         """The coordinator's next state from the released vectors of one round."""
+
+    def finished(self, state: CohortState) -> bool:
+        """True when no round is left: :meth:`finish` gives the model."""
 
     def finish(self, state: CohortState) -> CohortModel:
         """The released model after the last round (post-processing)."""
@@ -107,8 +112,8 @@ class KMeansProtocol:
     def size(self, state: CohortState) -> int:
         return self.plan.n_centroids * (self.plan.lo.size + 1)
 
-    def cost(self, round_index: int) -> PrivacyBudget:
-        eps_counts, eps_sums = self.plan.budgets()[round_index]
+    def cost(self, state: CohortState) -> PrivacyBudget:
+        eps_counts, eps_sums = self.plan.budgets()[state.done]
         return PrivacyBudget(eps_counts + eps_sums)
 
     def _split(self, vector: ArrayLike) -> kmeans.RoundStatistics:
@@ -122,18 +127,21 @@ class KMeansProtocol:
         stats = kmeans.round_statistics(X, state.data["centroids"], self.plan)
         return np.concatenate([stats.sums.ravel(), stats.counts]).astype(np.int64)
 
-    def release(self, exact: Ints, round_index: int) -> Ints:
-        noisy = kmeans.release_round(self._split(exact), self.plan, round_index)
+    def release(self, exact: Ints, state: CohortState) -> Ints:
+        noisy = kmeans.release_round(self._split(exact), self.plan, state.done)
         return np.concatenate([noisy.sums.ravel(), noisy.counts]).astype(np.int64)
 
     def advance(self, state: CohortState, releases: Sequence[Ints]) -> CohortState:
-        cost = self.cost(state.done)
+        cost = self.cost(state)
         parts = [kmeans.RoundRelease(s.sums, s.counts, cost)
                  for s in (self._split(r) for r in releases)]
         floor = count_floor(self.plan, state.done, len(parts))
         cents, counts = kmeans.update_centroids(parts, state.data["centroids"], self.plan, floor)
         return CohortState(state.done + 1, {"centroids": cents.tolist(),
                                             "counts": counts.tolist()}, len(parts))
+
+    def finished(self, state: CohortState) -> bool:
+        return state.done >= self.rounds
 
     def finish(self, state: CohortState) -> CohortModel:
         floor = None

@@ -127,12 +127,13 @@ def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
         raise ConfigVersionConflict(
             f"config version {body.config_version} is not the current version {config.version} "
             f"of study {config.study_id!r}; fetch the config again", current=config.version)
-    cost = protocol.cost(rnd.number - 1)
+    state = CohortState.from_json(rnd.state)
+    cost = protocol.cost(state)
     claimed = PrivacyBudget(body.epsilon, body.delta)
     if claimed != cost:
         raise InvalidInput(f"claimed cost {claimed} differs from the cost {cost} the signed "
                            f"config prescribes for cohort round {rnd.number}")
-    size = protocol.size(CohortState.from_json(rnd.state))
+    size = protocol.size(state)
     if len(body.values) != size:
         raise InvalidInput(f"round {rnd.number} takes a vector of {size} values, got "
                            f"{len(body.values)}")
@@ -204,7 +205,7 @@ def _close(session: Session, study: Study, protocol: RoundProtocol, rnd: CohortR
     releases = [np.asarray(json.loads(r.payload), dtype=np.int64) for r in rows]
     state = protocol.advance(CohortState.from_json(rnd.state), releases)
     rnd.status, rnd.detail, rnd.finished_at = "done", detail, utcnow()
-    if rnd.number >= protocol.rounds:
+    if protocol.finished(state):
         model = protocol.finish(state)
         config = study_config(study)
         assert config.cohorts is not None

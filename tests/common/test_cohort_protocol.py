@@ -48,7 +48,7 @@ def test_exact_vector_is_additive_over_chunks_and_counts_every_record() -> None:
 
 def test_round_costs_sum_to_the_signed_epsilon() -> None:
     proto = _protocol()
-    costs = [proto.cost(r) for r in range(proto.rounds)]
+    costs = [proto.cost(CohortState(r, {})) for r in range(proto.rounds)]
     assert sum((c.epsilon for c in costs), Decimal(0)) == PARAMS.epsilon
     assert list(PARAMS.round_costs()) == costs
 
@@ -62,7 +62,7 @@ def test_release_noises_counts_and_sums_at_their_stated_sensitivities(monkeypatc
 
     monkeypatch.setattr(kmeans, "add_discrete_laplace", spy)
     exact = proto.exact(proto.start(), _data(2))
-    noisy = proto.release(exact, 1)
+    noisy = proto.release(exact, CohortState(1, {}))
     eps_counts, eps_sums = proto.plan.budgets()[1]
     assert calls == [((4,), 1, eps_counts), ((4, 3), proto.plan.sum_sensitivity, eps_sums)]
     assert noisy.shape == exact.shape and not np.array_equal(noisy, exact)
@@ -107,7 +107,8 @@ def test_advance_and_finish_are_the_kmeans_update_and_fusion() -> None:
         vectors = [proto.exact(state, X) for X in parts]  # noise-free: exact arithmetic
         state = proto.advance(state, vectors)
         stats = [kmeans.round_statistics(X, cents, proto.plan) for X in parts]
-        releases = [kmeans.RoundRelease(s.sums, s.counts, proto.cost(r)) for s in stats]
+        cost = proto.cost(CohortState(r, {}))
+        releases = [kmeans.RoundRelease(s.sums, s.counts, cost) for s in stats]
         cents, counts = kmeans.update_centroids(releases, cents, proto.plan,
                                                 kmeans.count_floor(proto.plan, r, 2))
         np.testing.assert_array_equal(state.data["centroids"], cents)
@@ -129,4 +130,4 @@ def test_vectors_of_the_wrong_length_are_refused(vector) -> None:
 
 def test_a_release_costs_what_the_round_is_charged() -> None:
     proto = _protocol()
-    assert proto.cost(0) == PrivacyBudget(sum(proto.plan.budgets()[0]))
+    assert proto.cost(proto.start()) == PrivacyBudget(sum(proto.plan.budgets()[0]))

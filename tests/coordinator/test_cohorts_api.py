@@ -39,7 +39,7 @@ def _protocol(config):
 
 
 def _body(config, values, number, key=None, **override):
-    cost = _protocol(config).cost(number - 1)
+    cost = _protocol(config).cost(CohortState(number - 1, {}))
     return {"idempotency_key": key or f"k-{number}", "config_version": config.version,
             "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
             "values": [int(v) for v in values], **override}
