@@ -52,8 +52,8 @@ def cohorts_page(session: Session, key_id: str, study_id: str) -> str:
     rounds = _round_rows(session, study_id)
     status = "done" if result else f"round {len(rounds)} open" if rounds else "not started"
     first = protocol.cost(protocol.start()).epsilon
-    facts = (f"<p>{escape(params.method)}: k {params.k}, {params.over * params.k} starting "
-             f"centroids, at most {protocol.rounds} rounds; each participant spends ε "
+    facts = (f"<p>{escape(params.describe())} (at most {protocol.rounds} rounds); each "
+             f"participant spends at most ε "
              f"{fmt(params.epsilon)} in all ({fmt(first)} in round 1). "
              f'Status: <b id="cohort-status">{escape(status)}</b>.</p>')
     names = [f.name for f in config.features]

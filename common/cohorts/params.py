@@ -12,12 +12,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
-from common.budget import EPSILON_QUANTUM, PrivacyBudget, exact_decimal
+from common.budget import EPSILON_QUANTUM, exact_decimal
 
 __all__ = ["CohortParams", "COHORT_METHODS"]
 
-COHORT_METHODS = ("kmeans",)
-"""Methods that run today; ``dpm`` (the cohort tree) is reserved until its pure code lands."""
+COHORT_METHODS = ("kmeans", "dpm")
+"""The methods a study may name."""
 
 
 def _epsilon_in(value: object) -> Decimal:
@@ -48,32 +48,54 @@ class CohortParams(BaseModel):
 
     method: Literal["kmeans", "dpm"] = Field(
         default="kmeans", description="kmeans: federated DP k-means with fusion (DP-KCCM); "
-        "dpm: the DPM cohort tree (reserved, refused until built).")
-    k: int = Field(strict=True, ge=1, le=1000, description="Cohorts wanted after fusion.")
-    over: int = Field(default=3, strict=True, ge=1, le=100,
-                      description="Fusion factor: start from over * k centroids (1: no fusion).")
-    rounds: int = Field(default=5, strict=True, ge=1, le=100, description="Lloyd rounds T.")
-    epsilon: _Eps = Field(description="Each participant's epsilon over all T rounds (string).")
-    count_share: _Eps = Field(default=Decimal("0.2"),
-                              description="Share of each round's epsilon spent on the counts.")
+        "dpm: the federated DPM cohort tree (one round per level, then the leaf round).")
+    epsilon: _Eps = Field(description="Each participant's epsilon over all rounds (string).")
+    count_share: _Eps = Field(default=Decimal("0.2"), description="kmeans: share of each "
+                              "round's epsilon for the counts; dpm: of the leaf release's.")
+    k: int | None = Field(default=None, strict=True, ge=1, le=1000,
+                          description="kmeans (required): cohorts wanted after fusion.")
+    over: int = Field(default=3, strict=True, ge=1, le=100, description="kmeans: start from "
+                      "over * k centroids (1: no fusion).")
+    rounds: int = Field(default=5, strict=True, ge=1, le=100,
+                        description="kmeans: Lloyd rounds T.")
     resolution_bits: int = Field(default=12, strict=True, ge=1, le=30,
-                                 description="Fixed-point grid of the released sums.")
-    prune: bool = Field(default=True, description="Drop centroids under the public count "
-                        "floor before fusing (not in the paper; see docs/COHORTS.md).")
+                                 description="kmeans: fixed-point grid of the released sums.")
+    prune: bool = Field(default=True, description="kmeans: drop centroids under the public "
+                        "count floor before fusing (not in the paper; see docs/COHORTS.md).")
+    depth: int = Field(default=5, strict=True, ge=1, le=12,
+                       description="dpm: tree levels (at most 2**depth cohorts).")
+    bins: int = Field(default=64, strict=True, ge=2, le=4096,
+                      description="dpm: public intervals per feature over its bounds.")
+    dims_per_node: int | None = Field(default=4, strict=True, ge=1, le=10_000, description=(
+        "dpm: features histogrammed per node and level, chosen from the seed (the L1 "
+        "sensitivity of a level); null: all."))
+    leaf_share: _Eps = Field(default=Decimal("0.4"),
+                             description="dpm: share of epsilon for the leaf release.")
+    min_size: int = Field(default=0, strict=True, ge=0, le=10**9,
+                          description="dpm: public minimum noisy size of each side of a split.")
 
     @model_validator(mode="after")
     def _consistent(self) -> CohortParams:
-        if self.method not in COHORT_METHODS:
-            raise ValueError(f"cohort method {self.method!r} is not available yet; use "
-                             f"{' or '.join(COHORT_METHODS)}")
-        from common.cohorts.plan import split_epsilon
+        if self.method == "kmeans":
+            if self.k is None:
+                raise ValueError("method kmeans needs k (the number of cohorts)")
+            from common.cohorts.plan import split_epsilon
 
-        split_epsilon(self.epsilon, self.rounds, self.count_share)
+            split_epsilon(self.epsilon, self.rounds, self.count_share)
+        else:
+            import numpy as np
+
+            from common.cohorts.dpm_plan import DPMPlan
+
+            DPMPlan(np.zeros(1), np.ones(1), self.epsilon, depth=self.depth, bins=self.bins,
+                    dims_per_node=1, leaf_share=self.leaf_share,
+                    count_share=self.count_share, min_size=self.min_size)
         return self
 
-    def round_costs(self) -> tuple[PrivacyBudget, ...]:
-        """What each round costs one participant (``eps_counts + eps_sums``); sums to epsilon."""
-        from common.cohorts.plan import split_epsilon
-
-        return tuple(PrivacyBudget(c + s)
-                     for c, s in split_epsilon(self.epsilon, self.rounds, self.count_share))
+    def describe(self) -> str:
+        """One line for people: the method and its shape."""
+        if self.method == "kmeans":
+            return (f"k-means with fusion: k {self.k}, {self.over * (self.k or 0)} starting "
+                    f"centroids, {self.rounds} rounds")
+        return (f"DPM tree: depth {self.depth}, {self.bins} intervals per feature, "
+                f"{self.dims_per_node or 'all'} features per node")

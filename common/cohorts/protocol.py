@@ -156,9 +156,19 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
                  seed: bytes) -> RoundProtocol:
     """The protocol of a study's signed cohort parameters (public box and seed)."""
     if params.method == "kmeans":
+        assert params.k is not None  # CohortParams requires it for k-means
         plan = KMeansPlan(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64),
                           k=params.k, epsilon=params.epsilon, over=params.over,
                           rounds=params.rounds, count_share=params.count_share,
                           resolution_bits=params.resolution_bits)
         return KMeansProtocol(plan, seed, params.prune)
-    raise ValueError(f"cohort method {params.method!r} is not available")
+    from common.cohorts.dpm_plan import DPMPlan
+    from common.cohorts.dpm_protocol import DPMProtocol
+
+    box = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    dims = params.dims_per_node
+    return DPMProtocol(DPMPlan(*box, epsilon=params.epsilon, depth=params.depth,
+                               bins=params.bins,
+                               dims_per_node=None if dims is None else min(dims, len(lo)),
+                               leaf_share=params.leaf_share, count_share=params.count_share,
+                               min_size=params.min_size), seed)

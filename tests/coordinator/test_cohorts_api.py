@@ -34,12 +34,16 @@ def cohort_study(client, coord_kit, make_participant):
     return make
 
 
+def cohort_charges(budget):
+    return [Decimal(e["epsilon"]) for e in budget["entries"] if e["kind"] == "cohort"]
+
+
 def _protocol(config):
     return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
 
 
-def _body(config, values, number, key=None, **override):
-    cost = _protocol(config).cost(CohortState(number - 1, {}))
+def _body(config, values, number, key=None, state=None, **override):
+    cost = _protocol(config).cost(state or CohortState(number - 1, {}))
     return {"idempotency_key": key or f"k-{number}", "config_version": config.version,
             "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
             "values": [int(v) for v in values], **override}
@@ -49,6 +53,29 @@ def _exact(client, config, number, X):
     state = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert state["status"] == "running" and state["round"] == number
     return _protocol(config).exact(CohortState(number - 1, state["state"]), X)
+
+
+def test_a_dpm_tree_runs_through_the_same_rounds(client, cohort_study):
+    config, hospitals = cohort_study({"method": "dpm", "epsilon": "2", "depth": 2, "bins": 8})
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    rng = np.random.default_rng(5)
+    data = [np.clip(np.vstack([rng.normal(0.2, 0.02, (100, 3)), rng.normal(0.8, 0.02, (100, 3))]),
+                    0, 1) for _ in hospitals]
+    proto, spent = _protocol(config), Decimal(0)
+    while (doc := client.get("/v1/studies/c1/cohorts", headers=ADMIN).json())["status"] != "done":
+        state = CohortState(doc["round"] - 1, doc["state"])
+        spent += proto.cost(state).epsilon
+        for h, X in zip(hospitals, data, strict=True):
+            body = _body(config, proto.exact(state, X), doc["round"], state=state)
+            r = client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}", json=body,
+                            headers=h.headers)
+            assert r.status_code == 201, r.text
+    model = CohortModel.from_json(json.dumps(doc["model"]))
+    assert model.k == 2 and sorted(model.masses) == [200.0, 200.0] and all(model.rules)
+    assert len(doc["history"]) <= proto.rounds
+    for h in hospitals:
+        me = client.get("/v1/me", headers=h.headers).json()
+        assert sum(cohort_charges(me)) == spent <= Decimal(2)
 
 
 def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
@@ -159,7 +186,8 @@ def test_study_without_cohorts_and_access_rules(client, coord_kit, make_particip
 
 
 @pytest.mark.parametrize(("cohorts", "detail"), [
-    ({**COHORTS, "method": "dpm"}, "not available yet"),
+    ({key: v for key, v in COHORTS.items() if key != "k"}, "needs k"),
+    ({"method": "dpm", "epsilon": "0.000000005", "depth": 5}, "too small to split"),
     ({**COHORTS, "epsilon": "0.000000003", "rounds": 5}, "too small to split"),
     ({**COHORTS, "epsilon": 1.0}, "not a float"),
     ({**COHORTS, "k": 0}, "k"),
