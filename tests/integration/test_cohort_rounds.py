@@ -44,10 +44,25 @@ def local_charges(state: Path) -> list[Decimal]:
             if e["key"].startswith("cohort-")]
 
 
-def wait_for(coord, predicate, what: str) -> dict:
+def enrol(coord, tmp_path: Path, name: str, url: str, cap: str = "10") -> Path:
+    state, token = tmp_path / name, tmp_path / f"{name}.token"
+    token.write_text(coord.new_participant(name, "10"))
+    code, _, err = run(cli(state, "enrol", "--coordinator", url, "--fingerprint",
+                           coord.fingerprint(), "--token-file", str(token), "--epsilon-cap", cap))
+    assert code == 0, err
+    return state
+
+
+def write_blobs(path: Path, rng: np.random.Generator) -> None:
+    X = np.clip(np.vstack([rng.normal(0.25, 0.03, (150, 3)), rng.normal(0.75, 0.03, (150, 3))]),
+                0, 1)
+    path.write_text("x0,x1,x2\n" + "\n".join(",".join(f"{v:.5f}" for v in r) for r in X) + "\n")
+
+
+def wait_for(coord, predicate, what: str, study: str = STUDY) -> dict:
     deadline = time.monotonic() + 240  # a hang guard only: the test waits on progress
     while time.monotonic() < deadline:
-        doc = coord.admin("GET", f"/v1/studies/{STUDY}/cohorts")
+        doc = coord.admin("GET", f"/v1/studies/{study}/cohorts")
         if predicate(doc):
             return doc
         time.sleep(0.1)
@@ -58,24 +73,15 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
                                                        recording_proxy, tmp_path):
     coord = participant_coordinator
     names = ["ch0", "ch1", "ch2"]
-    tokens = {n: coord.new_participant(n, "10") for n in names}
+    states = {n: enrol(coord, tmp_path, n, recording_proxy.url if n == "ch0" else coord.url,
+                       cap="2.5" if n == "ch2" else "10")  # ch0 recorded; ch2 pays 2 of 3
+              for n in names}
     coord.new_study(STUDY, FEATURES, members=names, lsh={"n_tables": 5},
                     privacy={"epsilon_lsh": "0.5"}, cohorts=COHORTS)
     rng = np.random.default_rng(11)
-    states, data = {}, {}
-    for i, name in enumerate(names):
-        states[name], data[name] = tmp_path / name, tmp_path / f"{name}.csv"
-        X = np.clip(np.vstack([rng.normal(0.25, 0.03, (150, 3)),
-                               rng.normal(0.75, 0.03, (150, 3))]), 0, 1)
-        data[name].write_text("x0,x1,x2\n" + "\n".join(",".join(f"{v:.5f}" for v in r)
-                                                      for r in X) + "\n")
-        (tmp_path / f"{name}.token").write_text(tokens[name])
-        url = recording_proxy.url if i == 0 else coord.url  # ch0's traffic is recorded
-        cap = "2.5" if name == "ch2" else "10"  # ch2 can pay two rounds of 1, not three
-        code, _, err = run(cli(states[name], "enrol", "--coordinator", url, "--fingerprint",
-                               coord.fingerprint(), "--token-file",
-                               str(tmp_path / f"{name}.token"), "--epsilon-cap", cap))
-        assert code == 0, err
+    data = {n: tmp_path / f"{n}.csv" for n in names}
+    for path in data.values():
+        write_blobs(path, rng)
     coord.admin("POST", f"/v1/studies/{STUDY}/cohorts")
 
     # ch0 draws round 1 and leaves before sending: charged locally, nothing sent
@@ -140,3 +146,41 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
         dist = {i: float(np.linalg.norm(x - c)) for i, c in centres.items()}
         assert int(row["cohort"]) == min(dist, key=dist.get)
         assert abs(float(row["cohort_distance"]) - min(dist.values())) < 1e-9
+
+
+def test_a_dpm_tree_through_real_processes_prints_rules(participant_coordinator, tmp_path):
+    """Method dpm plugs into the same rounds: two processes run every level and the leaf
+    round, print the same cohorts with rule paths, and both ledgers agree exactly."""
+    coord, study, names = participant_coordinator, "cohort-dpm", ["dh0", "dh1"]
+    states = {n: enrol(coord, tmp_path, n, coord.url) for n in names}
+    coord.new_study(study, FEATURES, members=names, lsh={"n_tables": 5},
+                    privacy={"epsilon_lsh": "0.5"},
+                    cohorts={"method": "dpm", "epsilon": "4", "depth": 2, "bins": 8})
+    rng = np.random.default_rng(12)
+    data = {n: tmp_path / f"{n}.csv" for n in names}
+    for path in data.values():
+        write_blobs(path, rng)
+    coord.admin("POST", f"/v1/studies/{study}/cohorts")
+    procs = {n: subprocess.Popen(cli(states[n], "cohorts", study, str(data[n]), "--json"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in names}
+    results = {}
+    try:
+        for n, proc in procs.items():
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out + err
+            results[n] = json.loads(out)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    cohorts = results["dh0"]["cohorts"]
+    assert cohorts == results["dh1"]["cohorts"] and results["dh0"]["method"] == "dpm"
+    assert all(c["rule"] for c in cohorts) and len(cohorts) >= 2
+    rounds = len(coord.admin("GET", f"/v1/studies/{study}/cohorts")["history"])
+    assert results["dh0"]["sent"] == list(range(1, rounds + 1))
+    for n in names:
+        there = cohort_charges(coord.budget(n))
+        assert there == local_charges(states[n]) and len(there) == rounds
+        assert sum(there) <= Decimal(4)
