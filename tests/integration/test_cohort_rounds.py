@@ -59,6 +59,14 @@ def write_blobs(path: Path, rng: np.random.Generator) -> None:
     path.write_text("x0,x1,x2\n" + "\n".join(",".join(f"{v:.5f}" for v in r) for r in X) + "\n")
 
 
+def stop(procs: dict[str, subprocess.Popen]) -> None:
+    """Kill the processes a failed assertion left running (our own, by handle)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def wait_for(coord, predicate, what: str, study: str = STUDY) -> dict:
     deadline = time.monotonic() + 240  # a hang guard only: the test waits on progress
     while time.monotonic() < deadline:
@@ -113,10 +121,7 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
             assert procs[n].returncode == 0, out + err
             results[n] = json.loads(out)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        stop(procs)
 
     # the retried round re-sent the stored bytes exactly
     assert recording_proxy.bodies("/cohorts/rounds/1")[0] == stored
@@ -171,10 +176,7 @@ def test_a_dpm_tree_through_real_processes_prints_rules(participant_coordinator,
             assert proc.returncode == 0, out + err
             results[n] = json.loads(out)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        stop(procs)
     cohorts = results["dh0"]["cohorts"]
     assert cohorts == results["dh1"]["cohorts"] and results["dh0"]["method"] == "dpm"
     assert all(c["rule"] for c in cohorts) and len(cohorts) >= 2
