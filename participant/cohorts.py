@@ -89,6 +89,14 @@ def _cohorts_doc(client: CoordinatorClient, study: str) -> dict[str, Any]:
     return doc
 
 
+def _owed(doc: dict[str, Any], name: str) -> int | None:
+    """The open round's number if it expects ``name`` and has no release of it yet."""
+    current = (doc["history"] or [{}])[-1]
+    if doc.get("round") is None or name not in current.get("expected", []):
+        return None
+    return None if name in current.get("sent", []) else int(doc["round"])
+
+
 def describe(model: CohortModel, names: list[str]) -> list[dict[str, Any]]:
     """The released cohorts, largest first: size, centre per feature, rule path."""
     order = sorted(range(model.k), key=lambda i: -float(model.masses[i]))
@@ -126,10 +134,8 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
                 return {"study": study, "participant": name, "method": doc["method"],
                         "rounds": doc["rounds"], "sent": sent,
                         "cohorts": describe(model, names)}
-            number, current = doc.get("round"), (doc["history"] or [{}])[-1]
-            owed = (number is not None and name in current.get("expected", [])
-                    and name not in current.get("sent", []))
-            if not owed:
+            number = _owed(doc, name)
+            if number is None:
                 if time.monotonic() > give_up:
                     raise TimeoutError(f"the cohort model of {study!r} was not released "
                                        f"within {wait} s (status: {doc['status']})")

@@ -31,15 +31,15 @@ def cohorts_public(session: Session, study: Study) -> CohortsPublic:
     _, params, protocol = cohorts.cohort_setup(study)
     history = [round_public(session, r) for r in cohorts.rounds_of(session, study.id)]
     result = cohorts.result_of(session, study.id)
-    base = {"study_id": study.id, "method": params.method, "rounds": protocol.rounds,
-            "history": history}
+    base = CohortsPublic(study_id=study.id, method=params.method, rounds=protocol.rounds,
+                         status="not_started", history=history)
     if result is not None:
-        return CohortsPublic(**base, status="done", model=json.loads(result.model))
+        return base.model_copy(update={"status": "done", "model": json.loads(result.model)})
     if not history:
-        return CohortsPublic(**base, status="not_started")
+        return base
     current = cohorts.rounds_of(session, study.id)[-1]
-    return CohortsPublic(**base, status="running", round=current.number,
-                         state=CohortState.from_json(current.state).data)
+    return base.model_copy(update={"status": "running", "round": current.number,
+                                   "state": CohortState.from_json(current.state).data})
 
 
 @router.get("/studies/{study_id}/cohorts")
