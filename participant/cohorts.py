@@ -23,10 +23,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from common.budget import PrivacyBudget
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState, RoundProtocol, protocol_for
 from common.config import StudyConfig
-from common.errors import ConfigError
+from common.errors import BudgetExceeded, ConfigError
 from participant import policy
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
@@ -57,14 +58,42 @@ def _exact(protocol: RoundProtocol, state: CohortState, source: Any) -> np.ndarr
     return total
 
 
+def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortState,
+                 spent: PrivacyBudget) -> PrivacyBudget:
+    """Refuse, before anything is read or drawn, a round the signed config does not allow:
+    past the method's last round, a malformed public state, or one that would take this
+    study's cohort spending past the signed cohort epsilon. Returns the round's cost."""
+    assert config.cohorts is not None
+    number = state.done + 1
+    try:
+        if not 1 <= number <= protocol.rounds:
+            raise ValueError(f"the method has at most {protocol.rounds} rounds")
+        cost = protocol.cost(state)
+        protocol.exact(state, np.empty((0, len(config.features))))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ConfigError(f"the coordinator's cohort round {number} of {config.study_id!r} is "
+                          f"not one the signed config allows ({exc}); nothing was drawn") from exc
+    allowed = PrivacyBudget(config.cohorts.epsilon)
+    if not (spent + cost).fits_within(allowed):
+        raise BudgetExceeded(
+            f"cohort round {number} would take this study's cohort spending to "
+            f"{spent + cost}, past the signed cohort epsilon {allowed.epsilon}; nothing was "
+            "drawn", spent=spent, asked=cost, cap=allowed, source="signed cohort budget")
+    return cost
+
+
 def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: int,
           state: CohortState, source: Any, enrolment: Enrolment, path: Path,
           client: CoordinatorClient) -> None:
     """Reserve on the local ledger (refusing what the cap cannot pay), read, noise, store."""
-    study, cost = config.study_id, protocol.cost(state)
-    key = f"cohort-{study}-{number}"
-    policy.check_ceiling(cost, enrolment.ceiling)
+    study, prefix = config.study_id, f"cohort-{config.study_id}-"
+    key = f"{prefix}{number}"
     with agent.ledger() as ledger:
+        earlier = [e for e in ledger.entries(study=study)
+                   if e.idempotency_key.startswith(prefix) and e.idempotency_key != key]
+        spent = sum((e.cost for e in earlier), PrivacyBudget.zero())
+        cost = _check_round(config, protocol, state, spent)
+        policy.check_ceiling(cost, enrolment.ceiling)
         known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
         if known and known[0].status != "abandoned":
             raise ValueError(f"round {number} of {study!r} was drawn and charged, but its "
@@ -107,12 +136,17 @@ def describe(model: CohortModel, names: list[str]) -> list[dict[str, Any]]:
 
 def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions, *,
                 approve_schema: bool = False, wait: float = 600.0, poll: float = 0.2,
+                send_slot: float = policy.DEFAULT_SEND_SLOT,
                 stop_after: Stop = None) -> dict[str, Any]:
     """Send every cohort round this participant owes, then return the released cohorts.
+
+    A new vector goes out ``send_slot`` seconds after the round's state was read, however
+    long reading the data took (``participant.policy.send_schedule``); a re-send goes at once.
 
     ``stop_after="drawn"`` leaves right after a round's noisy vector was stored, before it
     is sent (a drill: the next run re-sends those bytes).
     """
+    policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
     if options.engine_kw():
         raise ValueError("cohort rounds read the data in process; --engine dask is not "
                          "supported for 'cohorts' (it is for 'score')")
@@ -143,12 +177,16 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
                 continue
             path = folder / f"round-{number}.json"
             if not path.exists():
+                anchor = agent.clock()
                 source = agent._checked_source(study, data, options, config, enrolment,
                                                approve_schema)
                 state = CohortState(number - 1, doc["state"])
                 _draw(agent, config, protocol, number, state, source, enrolment, path, client)
                 if stop_after == "drawn":
                     return {"stopped_after": "drawn", "round": number}
+                send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
+                if (pause := send_at - agent.clock()) > 0:
+                    agent.sleep(pause)
             client.request("POST", f"/v1/studies/{study}/cohorts/rounds/{number}",
                            content=path.read_bytes())
             sent.append(number)

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    from participant.commands import _data_args
+    from participant.commands import SETTINGS, _data_args
 
     p = add("cohorts", "take part in the study's private cohort rounds (one noisy vector per "
                        "round, drawn once, charged on both ledgers before any noise is "
@@ -16,6 +16,10 @@ def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> No
     _data_args(p)
     p.add_argument("--approve-schema", action="store_true",
                    help="approve the columns the current config releases, if they changed")
+    p.add_argument("--send-slot", type=float, default=SETTINGS.send_slot, metavar="S",
+                   help="send each round's vector S seconds after reading the round's state, "
+                        "however long reading the data takes (env FEDOD_SEND_SLOT; default: "
+                        f"{SETTINGS.send_slot:g})")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
                    help="give up if the cohort model is not released within S seconds (600)")
     p.add_argument("--stop-after", choices=("drawn",), default=None,
@@ -40,7 +44,7 @@ def cmd_cohorts(agent: Any, args: argparse.Namespace) -> None:
 
     doc = run_cohorts(agent, args.study, args.data, _options(args),
                       approve_schema=args.approve_schema, wait=args.wait,
-                      stop_after=args.stop_after)
+                      send_slot=args.send_slot, stop_after=args.stop_after)
     if "stopped_after" in doc:
         _out(args, doc, f"left cohort round {doc['round']} after storing its noisy vector")
         return

@@ -101,7 +101,8 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
     assert cohort_charges(coord.budget("ch0")) == []
     assert recording_proxy.bodies("/cohorts/rounds/") == []
 
-    procs = {n: subprocess.Popen(cli(states[n], "cohorts", STUDY, str(data[n]), "--json"),
+    procs = {n: subprocess.Popen(cli(states[n], "cohorts", STUDY, str(data[n]), "--json",
+                                     "--send-slot", "0.2"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for n in names}
     try:
@@ -166,7 +167,8 @@ def test_a_dpm_tree_through_real_processes_prints_rules(participant_coordinator,
     for path in data.values():
         write_blobs(path, rng)
     coord.admin("POST", f"/v1/studies/{study}/cohorts")
-    procs = {n: subprocess.Popen(cli(states[n], "cohorts", study, str(data[n]), "--json"),
+    procs = {n: subprocess.Popen(cli(states[n], "cohorts", study, str(data[n]), "--json",
+                                     "--send-slot", "0.2"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for n in names}
     results = {}
