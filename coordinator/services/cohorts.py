@@ -123,7 +123,9 @@ def _replay(stored: CohortRelease, body: CohortReleaseCreate) -> CohortRelease:
 
 def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
            body: CohortReleaseCreate) -> PrivacyBudget:
-    if body.config_version != config.version:
+    if body.config_version not in (config.version, rnd.config_version):
+        # the version the run started under stays valid: a vector drawn under it (stored,
+        # not yet sent when the config was re-signed) must still be accepted byte for byte
         raise ConfigVersionConflict(
             f"config version {body.config_version} is not the current version {config.version} "
             f"of study {config.study_id!r}; fetch the config again", current=config.version)
