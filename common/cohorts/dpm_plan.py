@@ -135,6 +135,14 @@ class DPMPlan:
         return DPMBudget(tuple(u * EPSILON_QUANTUM for u in levels),
                          counts * EPSILON_QUANTUM, (leaf - counts) * EPSILON_QUANTUM)
 
+    def round_costs(self) -> tuple[PrivacyBudget, ...]:
+        """What each round charges a participant, in order: the ``depth`` levels, then the
+        leaf release (counts and histograms). A tree that stops early skips the remaining
+        levels (the stop is decided on released values) and is charged for the rounds run."""
+        budget = self.budgets()
+        return tuple(PrivacyBudget(e) for e in budget.levels) + (
+            PrivacyBudget(budget.leaf_counts + budget.leaf_histograms),)
+
     def floor(self, sensitivity: int, epsilon: Decimal) -> float:
         """Noise floor: ``floor_sd`` standard deviations of ``participants`` summed discrete
         Laplace draws of scale ``sensitivity / epsilon``."""

@@ -8,13 +8,16 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from common.budget import PrivacyBudget
 from common.cohorts import (
     DPMPlan,
     TreeState,
     advance,
+    finish,
     fit_dpm,
     leaf_statistics,
     level_statistics,
+    release_leaves,
     release_level,
     tree_state,
 )
@@ -64,6 +67,28 @@ def test_budget_split_is_exact_over_all_levels_and_the_leaves(epsilon: str, dept
     assert sum(budget.levels) + budget.leaf_counts + budget.leaf_histograms == Decimal(epsilon)
     assert max(budget.levels) - min(budget.levels) <= Decimal("1e-9")
     assert min(budget.levels + (budget.leaf_counts, budget.leaf_histograms)) > 0
+
+
+def test_ledger_over_the_rounds_run_is_exact() -> None:
+    """Drive the rounds as the coordinator would and charge each one: the ledger equals the
+    plan's epsilon exactly when every level runs, and never exceeds it."""
+    plan = _plan(epsilon="0.7", depth=4, bins=32)  # m < d: occupied leaves stay active
+    x = _blobs(4, 2000)
+    parts = [x[:1000], x[1000:]]
+    costs = plan.round_costs()
+    spent = PrivacyBudget.zero()
+    state = tree_state(plan, b"study")
+    while not state.finished(plan):
+        summed = sum(release_level(level_statistics(p, state, plan), plan, state.level)
+                     for p in parts)
+        spent = spent + costs[state.level]
+        state = advance(state, summed, plan)
+    state = state.close()
+    released = [release_leaves(leaf_statistics(p, state, plan), plan) for p in parts]
+    spent = spent + costs[-1]
+    model = finish(state, released[0] + released[1], plan)
+    assert model.k >= 1 and state.level == plan.depth
+    assert spent.epsilon == sum((c.epsilon for c in costs), Decimal(0)) == Decimal("0.7")
 
 
 @pytest.mark.parametrize(("kw", "match"), [
