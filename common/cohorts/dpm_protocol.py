@@ -67,10 +67,8 @@ class DPMProtocol:
         return len(tree.leaves) + sum(b - a for leaf in tree.leaves for a, b in leaf.support)
 
     def cost(self, state: CohortState) -> PrivacyBudget:
-        budget = self.plan.budgets()
-        if state.data["phase"] == "levels":
-            return PrivacyBudget(budget.levels[self._tree(state).level])
-        return PrivacyBudget(budget.leaf_counts + budget.leaf_histograms)
+        costs = self.plan.round_costs()  # the levels, then the leaf release
+        return costs[self._tree(state).level if state.data["phase"] == "levels" else -1]
 
     def exact(self, state: CohortState, X: ArrayLike) -> Ints:
         tree = self._tree(state)
