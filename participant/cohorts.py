@@ -44,11 +44,16 @@ def _setup(config: StudyConfig) -> RoundProtocol:
     return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
 
 
-def _exact(protocol: RoundProtocol, state: CohortState, source: Any) -> np.ndarray:
-    """The exact vector; a read failure gives zeros (the data must not decide whether a
-    release goes out, as in ``contribute``)."""
+def _exact(protocol: RoundProtocol, state: CohortState, source: Any,
+           options: DataOptions) -> np.ndarray:
+    """The exact vector (in process, or per partition on Dask); a read failure gives zeros
+    (the data must not decide whether a release goes out, as in ``contribute``)."""
     total = np.zeros(protocol.size(state), dtype=np.int64)
     try:
+        if options.engine_kw():
+            from participant.cohort_dask import exact_vector
+
+            return exact_vector(source, protocol, state, **options.engine_kw())
         for chunk in source:
             total += protocol.exact(state, chunk.X)
     except Exception as exc:  # noqa: BLE001 - the release still goes out, noise only
@@ -83,8 +88,8 @@ def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortStat
 
 
 def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: int,
-          state: CohortState, source: Any, enrolment: Enrolment, path: Path,
-          client: CoordinatorClient) -> None:
+          state: CohortState, source: Any, options: DataOptions, enrolment: Enrolment,
+          path: Path, client: CoordinatorClient) -> None:
     """Reserve on the local ledger (refusing what the cap cannot pay), read, noise, store."""
     study, prefix = config.study_id, f"cohort-{config.study_id}-"
     key = f"{prefix}{number}"
@@ -104,7 +109,7 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
             agent._check_coordinator_budget(client, cost)
             ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
                            config_digest="", cost=cost, cap=enrolment.cap)
-        noisy = protocol.release(_exact(protocol, state, source), state)
+        noisy = protocol.release(_exact(protocol, state, source, options), state)
         body = {"idempotency_key": key, "config_version": config.version,
                 "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
                 "values": [int(v) for v in noisy]}
@@ -147,9 +152,7 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
     is sent (a drill: the next run re-sends those bytes).
     """
     policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
-    if options.engine_kw():
-        raise ValueError("cohort rounds read the data in process; --engine dask is not "
-                         "supported for 'cohorts' (it is for 'score')")
+    options.engine_kw()  # an unknown engine is a usage error before anything is fetched
     enrolment = agent.state.load_enrolment()
     with agent.state.lock(), agent.client() as client:
         config, _ = agent.fetch_config(study, client)
@@ -181,7 +184,8 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
                 source = agent._checked_source(study, data, options, config, enrolment,
                                                approve_schema)
                 state = CohortState(number - 1, doc["state"])
-                _draw(agent, config, protocol, number, state, source, enrolment, path, client)
+                _draw(agent, config, protocol, number, state, source, options, enrolment, path,
+                      client)
                 if stop_after == "drawn":
                     return {"stopped_after": "drawn", "round": number}
                 send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
