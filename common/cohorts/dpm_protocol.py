@@ -32,6 +32,38 @@ __all__ = ["DPMProtocol"]
 Ints = NDArray[np.int64]
 
 
+def check_partition(tree: TreeState, plan: DPMPlan) -> None:
+    """Refuse a tree whose leaves do not partition the box (``ValueError``).
+
+    The sensitivities (``m`` per level, 1 and ``d`` for the leaves) hold only when every
+    record lies in exactly one leaf; a coordinator could otherwise send overlapping leaves
+    and count a record twice. Checked on the public state alone: leaf paths are distinct and
+    prefix-free with ``sum 2**-len(path) == 1`` (a full binary tree), each leaf has one
+    condition per path bit with ``above`` equal to the bit, and two leaves that part at bit
+    ``i`` share their first ``i`` conditions and split on the same feature and edge.
+    """
+    leaves = tree.leaves
+    split: dict[str, tuple[object, int, int]] = {}
+    paths = [leaf.path for leaf in leaves]
+    if (not leaves or len(leaves) > 2**plan.depth or len(set(paths)) != len(paths)
+            or any(set(p) - {"0", "1"} or len(p) > plan.depth for p in paths)
+            or sum(2.0 ** -len(p) for p in paths) != 1.0):
+        raise ValueError("the tree's leaves do not form a full binary tree")
+    for leaf in leaves:
+        if len(leaf.conditions) != len(leaf.path):
+            raise ValueError(f"leaf {leaf.path!r} has {len(leaf.conditions)} conditions")
+        for i, (feature, edge, above) in enumerate(leaf.conditions):
+            if above != (leaf.path[i] == "1") or not (0 <= feature < plan.d
+                                                      and 0 < edge < plan.bins):
+                raise ValueError(f"leaf {leaf.path!r}: condition {i} does not match its path")
+            node = (leaf.path[:i], tuple(leaf.conditions[:i]))
+            if split.setdefault(leaf.path[:i], (node, feature, edge)) != (node, feature, edge):
+                raise ValueError(f"leaves under node {leaf.path[:i]!r} split differently")
+    for p in paths:
+        if any(q != p and q.startswith(p) for q in paths):
+            raise ValueError(f"leaf {p!r} is a prefix of another leaf")
+
+
 class DPMProtocol:
     """State data: ``tree`` (the public :class:`TreeState`), ``phase`` (``levels``, ``leaves``
     or ``done``) and, when done, ``summed`` (the summed noisy leaf release)."""
@@ -52,9 +84,10 @@ class DPMProtocol:
             data["summed"] = summed
         return CohortState(done, data, participants)
 
-    @staticmethod
-    def _tree(state: CohortState) -> TreeState:
-        return TreeState.from_json(json.dumps(state.data["tree"]))
+    def _tree(self, state: CohortState) -> TreeState:
+        tree = TreeState.from_json(json.dumps(state.data["tree"]))
+        check_partition(tree, self.plan)
+        return tree
 
     def start(self) -> CohortState:
         return self._state(0, tree_state(self.plan, self.seed), 0)

@@ -103,3 +103,36 @@ def test_wrong_lengths_are_refused() -> None:
 def test_dims_per_node_above_d_means_every_feature() -> None:
     proto = _protocol(CohortParams(method="dpm", epsilon="2", depth=2, dims_per_node=50))
     assert proto.plan.m == 3
+
+
+def _moved(leaf: dict, feature: int = 0, edge: int = 0) -> dict:
+    """The leaf with its split condition moved (to another feature and/or edge)."""
+    f, e, above = leaf["conditions"][0]
+    return {**leaf, "conditions": [[(f + feature) % 3, (e + edge - 1) % 15 + 1, above]]}
+
+
+def _with_leaves(state: CohortState, leaves: list[dict]) -> CohortState:
+    return CohortState(state.done, {**state.data, "tree": {**state.data["tree"],
+                                                          "leaves": leaves}})
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda ls: ls + [ls[0]],  # a leaf twice: its records would count twice
+    lambda ls: ls[:1],  # half the box missing
+    lambda ls: [ls[0], _moved(ls[1], feature=1)],  # siblings split on other features
+    lambda ls: [ls[0], _moved(ls[1], edge=1)],  # siblings split at other edges
+    lambda ls: [{**ls[0], "path": ""}, ls[1]],  # the root beside a child
+])
+def test_a_tree_whose_leaves_overlap_or_leave_gaps_is_refused(mutate) -> None:
+    """A coordinator cannot make a record count in two leaves (double sensitivity)."""
+    proto = _protocol()
+    X = _parts()[0]
+    state = proto.start()
+    while len(state.data["tree"]["leaves"]) < 2:
+        state = proto.advance(state, [proto.exact(state, X)])
+    leaves = state.data["tree"]["leaves"][:2]
+    good = _with_leaves(state, leaves) if len(state.data["tree"]["leaves"]) == 2 else None
+    if good is not None:
+        proto.exact(good, X[:0])  # the real tree passes
+    with pytest.raises(ValueError):
+        proto.exact(_with_leaves(state, mutate(leaves)), X[:0])
