@@ -100,7 +100,7 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
         cost = _check_round(config, protocol, state, spent)
         policy.check_ceiling(cost, enrolment.ceiling)
         known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
-        if known and known[0].status != "abandoned":
+        if known and known[0].status not in ("intended", "abandoned"):  # those never left
             raise ValueError(f"round {number} of {study!r} was drawn and charged, but its "
                              f"stored vector {path} is gone; it cannot be re-sent (restore "
                              "the state directory from a backup)")
