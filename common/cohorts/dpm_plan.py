@@ -67,9 +67,10 @@ class DPMPlan:
     floor_sd : float, default 3.0
         An interval counts as occupied when its summed noisy count exceeds ``floor_sd``
         standard deviations of the summed noise.
-    min_size : int, default 0
-        Public minimum (noisy) size of each side of a split; the noise floor's ``2 x``
-        threshold applies when larger.
+    min_size : int, default 10
+        Public minimum (noisy) size of each side of a split and of a released cohort; the
+        noise floor's ``2 x`` threshold applies when larger. Without it a low noise floor
+        lets a split cut a few tail records off a cluster.
     """
 
     lo: Floats
@@ -82,7 +83,7 @@ class DPMPlan:
     leaf_share: Decimal | str = "0.4"
     count_share: Decimal | str = "0.2"
     floor_sd: float = 3.0
-    min_size: int = 0
+    min_size: int = 10
 
     def __post_init__(self) -> None:
         lo, hi = _as_bounds(self.lo, self.hi)

@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--dims", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--methods", nargs="+", default=["diffprivlib", "dpm"],
                     choices=["diffprivlib", "dpm"])
+    ap.add_argument("--noise", nargs="+", default=["each", "sum"], choices=["each", "sum"])
     args = ap.parse_args()
     start = time.perf_counter()
     print(f"runs={args.runs}, n={args.n}, epsilon=1 per participant, depth={args.depth}, "
@@ -97,8 +98,8 @@ def main() -> None:
             print(row(name, "diffprivlib KMeans (centralised, k = 64)", got)
                   + f" <!-- {time.perf_counter() - t0:.0f} s -->", flush=True)
         rng = np.random.default_rng(0)  # splits records among participants; not noise
-        settings = [(p, "each") for p in args.participants]
-        settings.append((max(args.participants), "sum"))
+        settings = [(p, "each") for p in args.participants] if "each" in args.noise else []
+        settings += [(max(args.participants), "sum")] if "sum" in args.noise else []
         settings = settings if "dpm" in args.methods else []
         for p, noise in settings:
             plan = DPMPlan(np.full(d, LO), np.full(d, HI), "1", depth=args.depth,

@@ -162,7 +162,7 @@ def test_one_level_release_is_epsilon_dp_on_neighbours_and_a_wrong_scale_is_caug
 
 
 def test_splits_are_readable_and_separate_blobs() -> None:
-    plan = _plan(epsilon="20", depth=3, participants=2, bins=32)
+    plan = _plan(epsilon="20", depth=3, participants=2, bins=32, min_size=100)
     x = _blobs(2, 6000)
     model = fit_dpm([x[:3000], x[3000:]], plan, b"study")
     assert model.k == 3
