@@ -71,7 +71,7 @@ class CohortParams(BaseModel):
         "sensitivity of a level); null: all."))
     leaf_share: _Eps = Field(default=Decimal("0.4"),
                              description="dpm: share of epsilon for the leaf release.")
-    min_size: int = Field(default=0, strict=True, ge=0, le=10**9,
+    min_size: int = Field(default=10, strict=True, ge=0, le=10**9,
                           description="dpm: public minimum noisy size of each side of a split.")
 
     @model_validator(mode="after")
