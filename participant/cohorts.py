@@ -174,8 +174,9 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
             number = _owed(doc, name)
             if number is None:
                 if time.monotonic() > give_up:
-                    raise TimeoutError(f"the cohort model of {study!r} was not released "
-                                       f"within {wait} s (status: {doc['status']})")
+                    raise TimeoutError(f"no cohort round of {study!r} to send and no model "
+                                       f"released within {wait} s (status: {doc['status']}); "
+                                       "run the command again later")
                 time.sleep(poll)
                 continue
             path = folder / f"round-{number}.json"
@@ -194,3 +195,4 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
             client.request("POST", f"/v1/studies/{study}/cohorts/rounds/{number}",
                            content=path.read_bytes())
             sent.append(number)
+            give_up = time.monotonic() + wait  # the wait counts from the last progress

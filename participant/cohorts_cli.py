@@ -21,7 +21,8 @@ def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> No
                         "however long reading the data takes (env FEDOD_SEND_SLOT; default: "
                         f"{SETTINGS.send_slot:g})")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
-                   help="give up if the cohort model is not released within S seconds (600)")
+                   help="give up after S seconds without a round to send or a released "
+                        "model (600); rerunning resumes")
     p.add_argument("--stop-after", choices=("drawn",), default=None,
                    help="drill: leave right after a round's noisy vector was stored, before "
                         "sending it (the next run re-sends the same bytes)")
