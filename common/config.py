@@ -38,6 +38,7 @@ from pydantic import (
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.cellkeys import MAX_KEY_BITS
+from common.cohorts.params import CohortParams
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
 from common.online.params import OnlineParams
@@ -246,11 +247,15 @@ class StudyConfig(_Model):
         description="Streaming mode (fedod-participant stream), or null; omitted from the "
         "JSON when null, so configs signed before it keep their canonical form.",
     )
+    cohorts: CohortParams | None = Field(
+        default=None,
+        description="Private cohort rounds (issue 9); null: none (omitted from the JSON).",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_default_aggregation(self, handler: SerializerFunctionWrapHandler) -> Any:
         doc = handler(self)
-        for optional in ("aggregation", "online"):
+        for optional in ("aggregation", "online", "cohorts"):
             if isinstance(doc, dict) and doc.get(optional) is None:
                 doc.pop(optional, None)
         return doc
@@ -410,6 +415,7 @@ def new_study_config(
     now: datetime | None = None,
     aggregation: AggregationParams | None = None,
     online: OnlineParams | None = None,
+    cohorts: CohortParams | None = None,
 ) -> StudyConfig:
     """Build a config with a fresh 32-byte seed (unless given) and its LSH digest."""
     seed = os.urandom(32) if seed is None else seed
@@ -436,4 +442,5 @@ def new_study_config(
         privacy=privacy,
         aggregation=None if aggregation == AggregationParams() else aggregation,
         online=online,
+        cohorts=cohorts,
     )

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from common.cohorts.params import CohortParams
 from common.config import (
     MAX_DELTA,
     Delta,
@@ -105,6 +106,9 @@ class StudyCreate(_Input):
     online: OnlineParams | None = Field(
         default=None,
         description="Streaming mode (DP online active learning, docs/ONLINE.md), or null.",
+    )
+    cohorts: CohortParams | None = Field(
+        default=None, description="Private cohort rounds (k-means with fusion), or null."
     )
 
 

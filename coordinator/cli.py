@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     from coordinator.bootstrap import add_parser as add_bootstrap
 
     add_bootstrap(add)
+    from coordinator.cohort_cli import add_parser as add_cohorts
+
+    add_cohorts(add)
     return parser
 
 

@@ -238,6 +238,9 @@ def study_page(session: Session, key_id: str, study_id: str) -> str:
              f"{fmt(config.release_cost().delta)}. Model v{aggregate.version if aggregate else 0}"
              f' from <b data-field="contributors">{aggregate.contributors if aggregate else 0}'
              "</b> contributing participant(s).</p>")
+    if config.cohorts is not None:
+        facts += (f'<p><a id="cohorts-link" href="/admin/studies/{quote(study_id, safe="")}'
+                  f'/cohorts">Private cohorts ({escape(config.cohorts.method)})</a></p>')
     body = _template("detail.html").substitute(
         header=_header(f"study {study_id}", key_id, back=True), near_cap="", facts=facts,
         chart=_chart(charges, by="participant",

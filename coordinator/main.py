@@ -15,6 +15,7 @@ from common.errors import FedodError
 from coordinator.admin_session import LoginThrottle
 from coordinator.api.routes import (
     budget,
+    cohorts,
     contributions,
     dashboard,
     health,
@@ -103,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(health.router)
     for module in (keys, studies, contributions, models, participants, budget, rounds,
-                   online):
+                   online, cohorts):
         app.include_router(module.router, prefix="/v1")
     app.include_router(dashboard.router)
     app.add_exception_handler(FedodError, handle_domain_error)

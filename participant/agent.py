@@ -360,6 +360,7 @@ class Agent:
     ) -> tuple[ScoreSummary, Any]:
         """Score local records with the global model; returns the summary and the model."""
         from common.detectors.combine import study_weights
+        from participant.cohort_columns import fetch_cohorts
         from participant.model import fetch_model, model_detectors
         from participant.scoring import score_source
 
@@ -370,10 +371,15 @@ class Agent:
         with self.client() as client:
             config, _ = self.fetch_config(study, client)
             model = fetch_model(self.state, client, study, config)
+            cohorts = fetch_cohorts(self.state.study_dir(study), client, config)
         detectors = model_detectors(config, model)
+        if cohorts is not None:  # the released cohort model joins as a third detector
+            from common.detectors import CentroidDetector
+
+            detectors["centroid"] = CentroidDetector.from_model(cohorts.model)
         summary = score_source(
-            options.source(path, config), detectors, output,
-            contamination=contamination, top_k=top_k, progress=options.progress,
+            options.source(path, config), detectors, output, contamination=contamination,
+            top_k=top_k, progress=options.progress, cohorts=cohorts,
             weights=study_weights(config, detectors), **engine_kw,
         )
         return summary, model

@@ -1,6 +1,6 @@
 """``fedod-participant``: run a fedod participant next to local data.
 
-Subcommands: enrol, approve, config, check-data, contribute, score, run, round, stream,
+Subcommands: enrol, approve, config, check-data, contribute, score, run, round, stream, cohorts,
 ledger, status.
 
 Exit codes:

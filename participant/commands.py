@@ -14,6 +14,7 @@ import httpx
 from common.budget import PrivacyBudget, plain_decimal
 from common.errors import FedodError
 from participant.agent import Agent, DataOptions
+from participant.cohorts_cli import add_cohorts_parser, cmd_cohorts
 from participant.config import Settings
 from participant.state import DEFAULT_MAX_RELEASE_EPSILON
 
@@ -252,7 +253,7 @@ def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
     "enrol": cmd_enrol, "approve": cmd_approve, "config": cmd_config, "check-data": cmd_check_data,
     "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
-    "status": cmd_status, "round": cmd_round,
+    "status": cmd_status, "round": cmd_round, "cohorts": cmd_cohorts,
 }
 
 
@@ -375,6 +376,7 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     from participant.stream_cmd import add_parser as add_stream
 
     add_stream(add)
+    add_cohorts_parser(add)
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser

@@ -37,6 +37,7 @@ from distributed import Client, Future, LocalCluster, wait
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
+from participant.cohort_columns import Cohorts
 from participant.contribute import ExactCounts
 from participant.contribute import exact_histograms as stream_histograms
 from participant.data import DataReport, DataSource, DataSpec
@@ -170,12 +171,16 @@ def check_dataset(source: Source, *, scheduler: str | None = None) -> Source:
 
 
 def partition_scores(file: Path, spec: DataSpec, chunk_rows: int,
-                     detectors: Mapping[str, Detector]) -> tuple[pd.DataFrame, DataReport]:
-    """Every detector's score for each record of one partition (plus its key column)."""
+                     detectors: Mapping[str, Detector], cohorts: Cohorts | None = None,
+                     ) -> tuple[pd.DataFrame, DataReport]:
+    """Every detector's score for each record of one partition (plus its key column and,
+    with ``cohorts``, its released cohort and distance)."""
     source = DataSource(file, spec, chunk_rows=chunk_rows)
     parts: dict[str, list[np.ndarray]] = {f"score_{n}": [] for n in detectors}
     keys = []
     for chunk in source:
+        for col, values in (cohorts.columns(chunk.X) if cohorts else {}).items():
+            parts.setdefault(col, []).append(values)
         for name, det in detectors.items():
             parts[f"score_{name}"].append(np.asarray(det.decision_function(chunk.X), np.float64))
         if chunk.keys is not None:
@@ -203,6 +208,7 @@ def score_dataset(
     source: Source, detectors: Mapping[str, Detector], output: str | Path, *,
     contamination: float | None = None, top_k: int | None = None, progress: bool = False,
     scheduler: str | None = None, weights: Mapping[str, float] | None = None,
+    cohorts: Cohorts | None = None,
 ) -> ScoreSummary:
     """Score every partition on the cluster; write a partitioned Parquet directory. The
     combined score is :func:`common.detectors.combine.combine` with ``weights``."""
@@ -219,7 +225,8 @@ def score_dataset(
     with dask_client(scheduler) as client:
         [remote] = client.scatter([dict(detectors)], broadcast=True)
         parts = client.map(partition_scores, files, spec=source.spec,
-                           chunk_rows=source.chunk_rows, detectors=remote, pure=False)
+                           chunk_rows=source.chunk_rows, detectors=remote, cohorts=cohorts,
+                           pure=False)
         first_error(parts)
         pieces = client.gather(client.map(_scores_and_report, parts, names=names))
         report = merge_reports(str(source.path), [r for _, r in pieces])

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from common.detectors.combine import average_ranks, combine
+from participant.cohort_columns import Cohorts
 from participant.data import DataSource
 from participant.dataset import DatasetSource
 from participant.progress import Progress
@@ -82,15 +83,20 @@ def score_source(
     top_k: int | None = None,
     progress: bool = False,
     weights: Mapping[str, float] | None = None,
+    cohorts: Cohorts | None = None,
 ) -> ScoreSummary:
-    """Score every record of ``source`` with each detector and write ``output``; the
+    """Score every record of ``source`` with each detector and write ``output`` (with each
+    record's released cohort and distance to its centre when ``cohorts`` is given); the
     combined score weighs the detectors by ``weights`` (public; ``None``: equal)."""
     output = Path(output)
     parquet = _is_parquet(output)  # refuse a bad name before the scoring work
     parts: dict[str, list[NDArray[np.float64]]] = {name: [] for name in detectors}
     keys: list[pa.Array] = []
+    extra: dict[str, list[NDArray[np.generic]]] = {}
     source.progress = progress
     for chunk in source:
+        for col, values in (cohorts.columns(chunk.X) if cohorts else {}).items():
+            extra.setdefault(col, []).append(values)
         for name, det in detectors.items():
             parts[name].append(np.asarray(det.decision_function(chunk.X), dtype=np.float64))
         if chunk.keys is not None:
@@ -99,7 +105,8 @@ def score_source(
     if n == 0:
         raise ValueError(f"{source.path}: no records to score")
     scores = {name: np.concatenate(p) for name, p in parts.items()}
-    del parts
+    cohort_cols = {col: np.concatenate(v) for col, v in extra.items()}
+    del parts, extra
     combined, rank = combine(scores, weights)
     k = flag_count(n, contamination=contamination, top_k=top_k)
     key_name = source.spec.id_column or "row"
@@ -117,6 +124,7 @@ def score_source(
                 "outlier_score": pa.array(combined[start:stop]),
                 "rank": pa.array(rank[start:stop]),
                 "outlier": pa.array(rank[start:stop] <= k),
+                **{col: pa.array(v[start:stop]) for col, v in cohort_cols.items()},
             }
             table = pa.table(cols)
             if writer is None:

@@ -178,8 +178,22 @@ def study_weights(config: Any, names: Collection[str],
                                             config.grid_cells,
                                             sparse=config.grid_layout == "sparse",
                                             delta=privacy.delta_grid or "1e-6")
-        elif name == "centroid" and centroid is not None:
-            plans[name] = centroid
+        elif name == "centroid" and (plan := centroid or centroid_plan(config)) is not None:
+            plans[name] = plan
         else:
             return None
     return public_weights(plans)
+
+
+def centroid_plan(config: Any) -> DetectorPlan | None:
+    """The centroid detector's plan for a study's k-means cohorts, from its signed config
+    (``cohorts`` and ``aggregation`` sections: public only); ``None`` for the DPM tree (its
+    centres come from leaf histograms, which this plan does not model) or when the cohort
+    size or the expected records per participant are not declared."""
+    cohorts, agg = getattr(config, "cohorts", None), getattr(config, "aggregation", None)
+    if (cohorts is None or cohorts.method != "kmeans" or cohorts.k is None or agg is None
+            or agg.cohort_size is None or agg.expected_records is None):
+        return None
+    return DetectorPlan.centroid(cohorts.epsilon, agg.cohort_size, agg.expected_records,
+                                 cohorts.k, len(config.features), rounds=cohorts.rounds,
+                                 count_share=float(cohorts.count_share))

@@ -42,8 +42,10 @@ CHARGE = (
     )
     .returning(Participant.id)
 )
-_MINE = (Contribution.participant_id == bindparam("pid")) & (
-    Contribution.study_id == bindparam("sid")
+_MINE = (
+    (Contribution.participant_id == bindparam("pid"))
+    & (Contribution.study_id == bindparam("sid"))
+    & (Contribution.model_version > 0)  # cohort-round releases (version 0) replace nothing
 )
 LATEST = select(func.max(Contribution.id)).where(_MINE).scalar_subquery()
 BUMP = (

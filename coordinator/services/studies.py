@@ -66,6 +66,7 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
             scoring=getattr(body.lsh, "scoring", None),
             aggregation=body.aggregation,
             online=body.online,
+            cohorts=body.cohorts,
         )
     except (ValidationError, ValueError) as exc:
         raise InvalidInput(f"invalid study config: {exc}") from exc

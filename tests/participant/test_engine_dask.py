@@ -153,3 +153,20 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path):
             pytest.raises(OSError, match="cannot connect to the Dask scheduler at tcp://127"):
         engine_dask.exact_histograms(source, config.lsh_family(), config.grid_spec(),
                                      dense_grid=True, scheduler=address)
+
+
+def test_a_cohort_rounds_exact_vector_on_dask_equals_in_process(tmp_path, scheduler):
+    from common.cohorts.params import CohortParams
+    from common.cohorts.protocol import protocol_for
+    from participant.cohort_dask import exact_vector
+
+    folder = write_dataset(tmp_path / "ds")
+    config = config_for("dense")
+    for params in (CohortParams(k=3, epsilon="1"), CohortParams(method="dpm", epsilon="1")):
+        protocol = protocol_for(params, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
+        state = protocol.start()
+        local = open_source(folder, DataSpec.from_config(config))
+        expected = sum(protocol.exact(state, chunk.X) for chunk in local)
+        remote = open_source(folder, DataSpec.from_config(config))
+        got = exact_vector(remote, protocol, state, scheduler=scheduler)
+        assert got.tobytes() == expected.tobytes() and got.sum() > 0

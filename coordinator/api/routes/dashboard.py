@@ -77,6 +77,18 @@ def study_detail(
                    cookie)
 
 
+@router.get("/studies/{study_id}/cohorts")
+def study_cohorts(
+    study_id: str, session: SessionDep, settings: SettingsDep, keys: KeysDep,
+    cookie: SessionCookie = None,
+) -> Response:
+    """One study's cohort rounds and its released cohorts."""
+    from coordinator.cohort_dashboard import cohorts_page
+
+    return _detail(lambda: cohorts_page(session, keys.key_id(), study_id), session, settings,
+                   cookie)
+
+
 @router.get("/login")
 def login_form() -> HTMLResponse:
     """The sign-in form."""

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008_online"
-down_revision = "0005_refusals"
+down_revision = "0007_cohorts"
 branch_labels = None
 depends_on = None
 

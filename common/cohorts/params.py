@@ -1,0 +1,101 @@
+"""Public cohort parameters of a study (the ``cohorts`` section of the signed StudyConfig).
+
+Optional: a study without the section has no cohort rounds, and its canonical JSON is
+unchanged (the field is omitted when null). Every number here is public and signed; the
+study's hash seed (``lsh.seed``) gives the k-means start, so no second seed is needed.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+
+from common.budget import EPSILON_QUANTUM, exact_decimal
+
+__all__ = ["CohortParams", "COHORT_METHODS"]
+
+COHORT_METHODS = ("kmeans", "dpm")
+"""The methods a study may name."""
+
+
+def _epsilon_in(value: object) -> Decimal:
+    if isinstance(value, float):
+        raise ValueError("epsilon must be a decimal string such as '1', not a float")
+    try:
+        return exact_decimal(value, EPSILON_QUANTUM, "epsilon")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+_Eps = Annotated[
+    Decimal,
+    BeforeValidator(_epsilon_in),
+    PlainSerializer(lambda v: format(v.normalize(), "f"), return_type=str, when_used="json"),
+]
+
+
+class CohortParams(BaseModel):
+    """Private cohort rounds: the method and how each participant's epsilon is spent.
+
+    The whole ``epsilon`` is spent by each participant over the ``rounds`` rounds (split
+    evenly, each round between counts and sums by ``count_share``; see
+    :func:`common.cohorts.plan.split_epsilon`), on top of the study's per-release cost.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["kmeans", "dpm"] = Field(
+        default="kmeans", description="kmeans: federated DP k-means with fusion (DP-KCCM); "
+        "dpm: the federated DPM cohort tree (one round per level, then the leaf round).")
+    epsilon: _Eps = Field(description="Each participant's epsilon over all rounds (string).")
+    count_share: _Eps = Field(default=Decimal("0.2"), description="kmeans: share of each "
+                              "round's epsilon for the counts; dpm: of the leaf release's.")
+    k: int | None = Field(default=None, strict=True, ge=1, le=1000,
+                          description="kmeans (required): cohorts wanted after fusion.")
+    over: int = Field(default=3, strict=True, ge=1, le=100, description="kmeans: start from "
+                      "over * k centroids (1: no fusion).")
+    rounds: int = Field(default=5, strict=True, ge=1, le=100,
+                        description="kmeans: Lloyd rounds T.")
+    resolution_bits: int = Field(default=12, strict=True, ge=1, le=30,
+                                 description="kmeans: fixed-point grid of the released sums.")
+    prune: bool = Field(default=True, description="kmeans: drop centroids under the public "
+                        "count floor before fusing (not in the paper; see docs/COHORTS.md).")
+    depth: int = Field(default=5, strict=True, ge=1, le=12,
+                       description="dpm: tree levels (at most 2**depth cohorts).")
+    bins: int = Field(default=64, strict=True, ge=2, le=4096,
+                      description="dpm: public intervals per feature over its bounds.")
+    dims_per_node: int | None = Field(default=4, strict=True, ge=1, le=10_000, description=(
+        "dpm: features histogrammed per node and level, chosen from the seed (the L1 "
+        "sensitivity of a level); null: all."))
+    leaf_share: _Eps = Field(default=Decimal("0.4"),
+                             description="dpm: share of epsilon for the leaf release.")
+    min_size: int = Field(default=10, strict=True, ge=0, le=10**9,
+                          description="dpm: public minimum noisy size of each side of a split.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CohortParams:
+        if self.method == "kmeans":
+            if self.k is None:
+                raise ValueError("method kmeans needs k (the number of cohorts)")
+            from common.cohorts.plan import split_epsilon
+
+            split_epsilon(self.epsilon, self.rounds, self.count_share)
+        else:
+            import numpy as np
+
+            from common.cohorts.dpm_plan import DPMPlan
+
+            DPMPlan(np.zeros(1), np.ones(1), self.epsilon, depth=self.depth, bins=self.bins,
+                    dims_per_node=1, leaf_share=self.leaf_share,
+                    count_share=self.count_share, min_size=self.min_size)
+        return self
+
+    def describe(self) -> str:
+        """One line for people: the method and its shape."""
+        if self.method == "kmeans":
+            return (f"k-means with fusion: k {self.k}, {self.over * (self.k or 0)} starting "
+                    f"centroids, {self.rounds} rounds")
+        return (f"DPM tree: depth {self.depth}, {self.bins} intervals per feature, "
+                f"{self.dims_per_node or 'all'} features per node")

@@ -1,0 +1,238 @@
+"""Cohort rounds: a thin state machine around :mod:`common.cohorts.protocol`.
+
+    (admin start) ──► round 1 open ──(every expected member sent, or admin close)──► done
+    round r done ──► round r + 1 open, waiting for round r's senders ... round T done ──►
+    the protocol's ``finish`` stored as the study's released CohortModel
+
+A release is checked (member expected, config version, claimed cost, vector length), then
+charged and stored in one transaction that holds the open round's row lock: the coordinator's
+ledger refuses over-cap releases (409) and a retry with the same key and values is answered
+from the stored row without a second charge. Rounds never advance on a clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from common.budget import PrivacyBudget
+from common.cohorts.params import CohortParams
+from common.cohorts.protocol import CohortState, RoundProtocol, protocol_for
+from common.cohorts.schemas import CohortReleaseCreate
+from common.config import StudyConfig
+from common.errors import (
+    BudgetExceeded,
+    ConfigVersionConflict,
+    Conflict,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+)
+from coordinator.cohort_tables import CohortRelease, CohortResult, CohortRound
+from coordinator.models import Contribution, Member, Participant, Study, utcnow
+from coordinator.services import charge
+from coordinator.services.refusals import record_refusal
+from coordinator.services.studies import study_config
+
+log = logging.getLogger("fedod.cohorts")
+
+
+def cohort_setup(study: Study) -> tuple[StudyConfig, CohortParams, RoundProtocol]:
+    """The study's config, cohort parameters and protocol; 409 for a study without cohorts."""
+    config = study_config(study)
+    if config.cohorts is None:
+        raise Conflict(f"study {study.id!r} has no cohorts section in its config: no cohort "
+                       "rounds (create the study with a 'cohorts' section)")
+    protocol = protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
+    return config, config.cohorts, protocol
+
+
+def rounds_of(session: Session, study_id: str) -> list[CohortRound]:
+    query = select(CohortRound).where(CohortRound.study_id == study_id)
+    return list(session.scalars(query.order_by(CohortRound.number)))
+
+
+def result_of(session: Session, study_id: str) -> CohortResult | None:
+    return session.get(CohortResult, study_id)
+
+
+def senders(session: Session, study_id: str, number: int) -> list[str]:
+    rows = session.execute(
+        select(Participant.name)
+        .join(CohortRelease, CohortRelease.participant_id == Participant.id)
+        .where(CohortRelease.study_id == study_id, CohortRelease.number == number)
+    )
+    return sorted(name for (name,) in rows)
+
+
+def expected(rnd: CohortRound) -> list[str]:
+    names: list[str] = json.loads(rnd.expected)
+    return names
+
+
+def start(session: Session, study: Study) -> CohortRound:
+    """Admin: open round 1 for the study's active members (once per study)."""
+    config, _, protocol = cohort_setup(study)
+    if session.get(CohortRound, (study.id, 1)) is not None:
+        raise Conflict(f"the cohort rounds of {study.id!r} were already started")
+    names = sorted(session.scalars(
+        select(Participant.name).join(Member, Member.participant_id == Participant.id)
+        .where(Member.study_id == study.id, Participant.active.is_(True))))
+    if not names:
+        raise Conflict(f"study {study.id!r} has no active members to run cohort rounds with; "
+                       "add members first")
+    rnd = CohortRound(study_id=study.id, number=1, config_version=config.version, status="open",
+                      state=protocol.start().to_json(), expected=json.dumps(names))
+    session.add(rnd)
+    session.commit()
+    log.info("cohort rounds started", extra={"study": study.id, "members": len(names)})
+    return rnd
+
+
+def _open_round(session: Session, study_id: str, number: int) -> CohortRound:
+    rnd = session.scalar(
+        select(CohortRound)
+        .where(CohortRound.study_id == study_id, CohortRound.number == number)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    if rnd is None:
+        raise NotFound(f"study {study_id!r} has no cohort round {number} (yet)")
+    return rnd
+
+
+def _digest(body: CohortReleaseCreate) -> str:
+    return hashlib.sha256(json.dumps(body.values, separators=(",", ":")).encode()).hexdigest()
+
+
+def _replay(stored: CohortRelease, body: CohortReleaseCreate) -> CohortRelease:
+    same = (stored.idempotency_key == body.idempotency_key
+            and hmac.compare_digest(stored.payload_sha256, _digest(body)))
+    if not same:
+        raise IdempotencyConflict(
+            f"a different noisy vector (or key) is already stored for this participant in "
+            f"round {stored.number}; a retry must re-send exactly the same release")
+    return stored
+
+
+def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
+           body: CohortReleaseCreate) -> PrivacyBudget:
+    if body.config_version not in (config.version, rnd.config_version):
+        # the version the run started under stays valid: a vector drawn under it (stored,
+        # not yet sent when the config was re-signed) must still be accepted byte for byte
+        raise ConfigVersionConflict(
+            f"config version {body.config_version} is not the current version {config.version} "
+            f"of study {config.study_id!r}; fetch the config again", current=config.version)
+    state = CohortState.from_json(rnd.state)
+    cost = protocol.cost(state)
+    claimed = PrivacyBudget(body.epsilon, body.delta)
+    if claimed != cost:
+        raise InvalidInput(f"claimed cost {claimed} differs from the cost {cost} the signed "
+                           f"config prescribes for cohort round {rnd.number}")
+    size = protocol.size(state)
+    if len(body.values) != size:
+        raise InvalidInput(f"round {rnd.number} takes a vector of {size} values, got "
+                           f"{len(body.values)}")
+    return cost
+
+
+def _charge(session: Session, participant: Participant, study: Study, number: int,
+            cost: PrivacyBudget, payload: str, digest: str, version: int) -> int:
+    """Charge the coordinator's ledger and keep the release as a contribution (never folded
+    into the LSH model: model_version 0 lies outside every fold window)."""
+    eps, delta = cost.to_units()
+    conn = session.connection()
+    ids = {"pid": participant.id, "sid": study.id}
+    if conn.execute(charge.CHARGE, {"eps": eps, "delta": delta, **ids}).first() is None:
+        session.refresh(participant)
+        raise BudgetExceeded(spent=participant.spent, asked=cost, cap=participant.cap,
+                             participant=participant.name)
+    contribution = Contribution(
+        study_id=study.id, participant_id=participant.id, idempotency_key=f"cohort:{number}",
+        request_sha256=digest, config_version=version, eps_units=eps, delta_units=delta,
+        lsh_payload=payload, grid_payload=None, model_version=0)
+    session.add(contribution)
+    session.flush()
+    conn.execute(charge.INSERT_LEDGER, {
+        "participant_id": participant.id, "contribution_id": contribution.id,
+        "study_id": study.id, "kind": "cohort", "eps_units": eps, "delta_units": delta,
+        "created_at": utcnow()})
+    return contribution.id
+
+
+def post_release(session: Session, study: Study, participant: Participant, number: int,
+                 body: CohortReleaseCreate) -> CohortRound:
+    """Check, charge and store one noisy vector; close the round when every expected member
+    has sent. One transaction under the round's row lock."""
+    config, _, protocol = cohort_setup(study)
+    rnd = _open_round(session, study.id, number)
+    stored = session.get(CohortRelease, (study.id, number, participant.id))
+    if stored is not None:
+        _replay(stored, body)
+        session.commit()
+        return rnd
+    if rnd.status != "open":
+        raise Conflict(f"cohort round {number} of {study.id!r} is closed")
+    if participant.name not in expected(rnd):
+        raise Conflict(f"{participant.name!r} is not expected in cohort round {number} "
+                       f"(expected: {', '.join(expected(rnd))})")
+    cost = _check(config, protocol, rnd, body)
+    payload, digest = json.dumps(body.values, separators=(",", ":")), _digest(body)
+    try:
+        cid = _charge(session, participant, study, number, cost, payload, digest,
+                      config.version)
+    except BudgetExceeded as exc:
+        record_refusal(session, participant, study.id, cost, exc)
+        raise
+    session.add(CohortRelease(study_id=study.id, number=number, participant_id=participant.id,
+                              idempotency_key=body.idempotency_key, payload_sha256=digest,
+                              payload=payload, contribution_id=cid))
+    session.flush()
+    if senders(session, study.id, number) == sorted(expected(rnd)):
+        _close(session, study, protocol, rnd, "every expected participant sent")
+    session.commit()
+    return rnd
+
+
+def _close(session: Session, study: Study, protocol: RoundProtocol, rnd: CohortRound,
+           detail: str) -> None:
+    rows = session.scalars(select(CohortRelease).where(
+        CohortRelease.study_id == study.id, CohortRelease.number == rnd.number))
+    releases = [np.asarray(json.loads(r.payload), dtype=np.int64) for r in rows]
+    state = protocol.advance(CohortState.from_json(rnd.state), releases)
+    rnd.status, rnd.detail, rnd.finished_at = "done", detail, utcnow()
+    if protocol.finished(state):
+        model = protocol.finish(state)
+        config = study_config(study)
+        assert config.cohorts is not None
+        session.add(CohortResult(study_id=study.id, method=config.cohorts.method,
+                                 model=model.to_json()))
+        log.info("cohort model released", extra={"study": study.id, "k": model.k})
+        return
+    session.add(CohortRound(study_id=study.id, number=rnd.number + 1,
+                            config_version=rnd.config_version, status="open",
+                            state=state.to_json(),
+                            expected=json.dumps(senders(session, study.id, rnd.number))))
+
+
+def close(session: Session, study: Study, number: int) -> CohortRound:
+    """Admin: close an open round with the vectors received so far (at least one)."""
+    _, _, protocol = cohort_setup(study)
+    rnd = _open_round(session, study.id, number)
+    if rnd.status != "open":
+        raise Conflict(f"cohort round {number} of {study.id!r} is already closed")
+    sent = senders(session, study.id, number)
+    if not sent:
+        raise Conflict(f"cohort round {number} has no release yet; nothing to close with")
+    missing = sorted(set(expected(rnd)) - set(sent))
+    _close(session, study, protocol, rnd,
+           f"closed by the admin with {len(sent)} of {len(expected(rnd))} "
+           f"(missing: {', '.join(missing) or 'none'})")
+    session.commit()
+    return rnd

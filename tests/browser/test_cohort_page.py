@@ -1,0 +1,89 @@
+"""The study's cohorts page in real headless Chromium: rounds while running, then the
+released cohorts (sizes, centres) against the coordinator's API."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from common.cohorts.protocol import CohortState, protocol_for
+from common.config import StudyConfig
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _release(c, config, token, number, X):
+    protocol = protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
+    doc = c.get("/v1/studies/cardio/cohorts").json()
+    values = protocol.exact(CohortState(number - 1, doc["state"]), X)  # noise-free: exact page
+    body = {"idempotency_key": f"r{number}", "config_version": config.version,
+            "epsilon": format(protocol.cost(CohortState(number - 1, {})).epsilon.normalize(), "f"),
+            "values": [int(v) for v in values]}
+    r = c.post(f"/v1/studies/cardio/cohorts/rounds/{number}", json=body,
+               headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 201, r.text
+
+
+def _cells(browser, selector):
+    from selenium.webdriver.common.by import By
+
+    return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            for tr in browser.find_elements(By.CSS_SELECTOR, selector)]
+
+
+def test_cohorts_page_shows_rounds_then_the_released_cohorts(
+        browser, artifacts, coordinator_server, fresh_postgres_url, coord_kit):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = coordinator_server(fresh_postgres_url, workers=1)
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    rng = np.random.default_rng(2)
+    data = {"st-mary": np.clip(rng.normal(0.2, 0.01, (120, 3)), 0, 1),
+            "charite": np.clip(rng.normal(0.8, 0.01, (80, 3)), 0, 1)}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as c:
+        spec = {**coord_kit.study_spec("cardio"),
+                "cohorts": {"k": 2, "over": 2, "rounds": 2, "epsilon": "2"}}
+        config = StudyConfig.model_validate_json(
+            c.post("/v1/studies", json=spec).json()["config"]["payload"])
+        tokens = {}
+        for name in data:
+            tokens[name] = c.post("/v1/participants",
+                                  json={"name": name, "epsilon_cap": "5"}).json()["token"]
+            c.post("/v1/studies/cardio/members", json={"participant": name})
+        c.post("/v1/studies/cardio/cohorts")
+        _release(c, config, tokens["st-mary"], 1, data["st-mary"])
+
+        browser.get(server.url + "/admin/login")
+        browser.find_element(By.ID, "token").send_keys(server.admin_token)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "eps-total")))
+        browser.get(server.url + "/admin/studies/cardio")
+        browser.find_element(By.ID, "cohorts-link").click()
+        WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "cohort-status")))
+        assert browser.find_element(By.ID, "cohort-status").text == "round 1 open"
+        assert _cells(browser, "#cohort-rounds tbody tr") == [
+            ["1", "open", "2", "1", "charite", ""]]
+        assert "No cohort model released yet." in browser.page_source
+
+        _release(c, config, tokens["charite"], 1, data["charite"])
+        for name in data:
+            _release(c, config, tokens[name], 2, data[name])
+        model = c.get("/v1/studies/cardio/cohorts").json()["model"]
+
+    browser.refresh()
+    WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "cohorts")))
+    browser.save_screenshot(str(artifacts / "dashboard-cohorts.png"))
+    assert browser.find_element(By.ID, "cohort-status").text == "done"
+    rows = _cells(browser, "#cohort-rounds tbody tr")
+    assert [r[:4] for r in rows] == [["1", "done", "2", "2"], ["2", "done", "2", "2"]]
+    cohorts = _cells(browser, "#cohorts tbody tr")
+    assert [r[1] for r in cohorts] == ["120", "80"]  # sizes, largest first
+    for row in cohorts:
+        i = int(row[0])
+        assert row[2] == ", ".join(f"x{j} {v:.4g}" for j, v in enumerate(model["centroids"][i]))
+        assert row[3] == "nearest centre"
+    width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert width <= browser.execute_script("return window.innerWidth") + 1

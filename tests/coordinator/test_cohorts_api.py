@@ -1,0 +1,198 @@
+"""Cohort round endpoints: a whole run, ledgers, retries, admin close, and bad input (4xx)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from conftest import ADMIN
+
+from common.cohorts.model import CohortModel
+from common.cohorts.protocol import CohortState, protocol_for
+from common.config import StudyConfig
+
+COHORTS = {"method": "kmeans", "k": 2, "over": 2, "rounds": 2, "epsilon": "2"}
+
+
+@pytest.fixture
+def cohort_study(client, coord_kit, make_participant):
+    """Study ``c1`` (3 features in [0, 1], k-means over 2 rounds) with members h1, h2."""
+
+    def make(cohorts=COHORTS, members=("h1", "h2"), cap="10"):
+        hospitals = [make_participant(name, epsilon_cap=cap) for name in members]
+        spec = {**coord_kit.study_spec("c1"), "cohorts": cohorts}
+        r = client.post("/v1/studies", json=spec, headers=ADMIN)
+        assert r.status_code == 201, r.text
+        for h in hospitals:
+            assert client.post("/v1/studies/c1/members", json={"participant": h.name},
+                               headers=ADMIN).status_code == 204
+        config = StudyConfig.model_validate_json(r.json()["config"]["payload"])
+        return config, hospitals
+
+    return make
+
+
+def cohort_charges(budget):
+    return [Decimal(e["epsilon"]) for e in budget["entries"] if e["kind"] == "cohort"]
+
+
+def _protocol(config):
+    return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
+
+
+def _body(config, values, number, key=None, state=None, **override):
+    cost = _protocol(config).cost(state or CohortState(number - 1, {}))
+    return {"idempotency_key": key or f"k-{number}", "config_version": config.version,
+            "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
+            "values": [int(v) for v in values], **override}
+
+
+def _exact(client, config, number, X):
+    state = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
+    assert state["status"] == "running" and state["round"] == number
+    return _protocol(config).exact(CohortState(number - 1, state["state"]), X)
+
+
+def test_a_dpm_tree_runs_through_the_same_rounds(client, cohort_study):
+    config, hospitals = cohort_study({"method": "dpm", "epsilon": "2", "depth": 2, "bins": 8})
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    rng = np.random.default_rng(5)
+    data = [np.clip(np.vstack([rng.normal(0.2, 0.02, (100, 3)), rng.normal(0.8, 0.02, (100, 3))]),
+                    0, 1) for _ in hospitals]
+    proto, spent = _protocol(config), Decimal(0)
+    while (doc := client.get("/v1/studies/c1/cohorts", headers=ADMIN).json())["status"] != "done":
+        state = CohortState(doc["round"] - 1, doc["state"])
+        spent += proto.cost(state).epsilon
+        for h, X in zip(hospitals, data, strict=True):
+            body = _body(config, proto.exact(state, X), doc["round"], state=state)
+            r = client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}", json=body,
+                            headers=h.headers)
+            assert r.status_code == 201, r.text
+    model = CohortModel.from_json(json.dumps(doc["model"]))
+    assert model.k == 2 and sorted(model.masses) == [200.0, 200.0] and all(model.rules)
+    assert len(doc["history"]) <= proto.rounds
+    for h in hospitals:
+        me = client.get("/v1/me", headers=h.headers).json()
+        assert sum(cohort_charges(me)) == spent <= Decimal(2)
+
+
+def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
+    config, (h1, h2) = cohort_study()
+    assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
+    rng = np.random.default_rng(3)
+    blobs = {h1.name: np.clip(rng.normal(0.2, 0.02, (200, 3)), 0, 1),
+             h2.name: np.clip(rng.normal(0.8, 0.02, (200, 3)), 0, 1)}
+    for number in (1, 2):
+        for h in (h1, h2):
+            # noise-free vectors: the coordinator's arithmetic is checked exactly
+            values = _exact(client, config, number, blobs[h.name])
+            r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
+                            json=_body(config, values, number), headers=h.headers)
+            assert r.status_code == 201, r.text
+        retry = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
+                            json=_body(config, values, number), headers=h2.headers)
+        assert retry.status_code == 200 and retry.json()["status"] == "done"
+    doc = client.get("/v1/studies/c1/cohorts", headers=h1.headers).json()
+    assert doc["status"] == "done" and [r["status"] for r in doc["history"]] == ["done"] * 2
+    model = CohortModel.from_json(json.dumps(doc["model"]))
+    centres = sorted(model.centroids[:, 0])
+    assert abs(centres[0] - 0.2) < 0.05 and abs(centres[1] - 0.8) < 0.05
+    assert sorted(model.masses) == [200.0, 200.0]
+    for h in (h1, h2):
+        me = client.get("/v1/me", headers=h.headers).json()
+        charges = [e for e in me["entries"] if e["kind"] == "cohort"]
+        assert len(charges) == 2  # the retries charged nothing
+        assert sum(Decimal(e["epsilon"]) for e in charges) == Decimal(COHORTS["epsilon"])
+
+
+def test_a_different_vector_under_a_stored_round_is_refused(client, cohort_study):
+    config, (h1, _) = cohort_study()
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    n = _protocol(config).size(_protocol(config).start())
+    first = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * n, 1),
+                        headers=h1.headers)
+    assert first.status_code == 201
+    other = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [1] * n, 1),
+                        headers=h1.headers)
+    assert other.status_code == 409 and "exactly the same release" in other.json()["detail"]
+
+
+def test_admin_close_moves_on_without_the_missing_member(client, cohort_study):
+    config, (h1, h2) = cohort_study()
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    empty = client.post("/v1/studies/c1/cohorts/rounds/1/close", headers=ADMIN)
+    assert empty.status_code == 409 and "no release yet" in empty.json()["detail"]
+    n = _protocol(config).size(_protocol(config).start())
+    client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * n, 1),
+                headers=h1.headers)
+    closed = client.post("/v1/studies/c1/cohorts/rounds/1/close", headers=ADMIN)
+    assert closed.status_code == 200 and "missing: h2" in closed.json()["detail"]
+    doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
+    assert doc["round"] == 2 and doc["history"][1]["expected"] == ["h1"]
+    late = client.post("/v1/studies/c1/cohorts/rounds/2", json=_body(config, [0] * n, 2),
+                       headers=h2.headers)
+    assert late.status_code == 409 and "not expected" in late.json()["detail"]
+
+
+def test_over_cap_release_is_refused_and_not_stored(client, cohort_study):
+    config, (h1, _) = cohort_study(cap="0.5")  # a round costs 1
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    n = _protocol(config).size(_protocol(config).start())
+    r = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * n, 1),
+                    headers=h1.headers)
+    assert r.status_code == 409 and "budget exceeded" in r.json()["detail"]
+    me = client.get("/v1/me", headers=h1.headers).json()
+    assert me["entries"] == [] and Decimal(me["epsilon_spent"]) == 0
+    assert client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()["history"][0]["sent"] == []
+
+
+@pytest.mark.parametrize(("path", "override", "status", "detail"), [
+    ("/rounds/1", {"values": [0]}, 422, "takes a vector of"),
+    ("/rounds/1", {"epsilon": "0.3"}, 422, "claimed cost"),
+    ("/rounds/1", {"config_version": 9}, 409, "not the current version"),
+    ("/rounds/1", {"values": [0.5]}, 422, "values"),
+    ("/rounds/1", {"values": [2**63]}, 422, "values"),
+    ("/rounds/1", {"idempotency_key": "a b"}, 422, "idempotency_key"),
+    ("/rounds/7", {}, 404, "no cohort round 7"),
+])
+def test_bad_releases_get_4xx_with_a_reason(client, cohort_study, path, override, status,
+                                             detail):
+    config, (h1, _) = cohort_study()
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    n = _protocol(config).size(_protocol(config).start())
+    r = client.post("/v1/studies/c1/cohorts" + path,
+                    json=_body(config, [0] * n, 1) | override, headers=h1.headers)
+    assert r.status_code == status, r.text
+    assert detail in r.json()["detail"]
+
+
+def test_study_without_cohorts_and_access_rules(client, coord_kit, make_participant,
+                                                make_study, cohort_study):
+    h3 = make_participant("h3")
+    signed = make_study("plain", members=[h3])
+    assert "cohorts" not in json.loads(signed["payload"])  # old configs keep their form
+    r = client.get("/v1/studies/plain/cohorts", headers=h3.headers)
+    assert r.status_code == 409 and "no cohorts section" in r.json()["detail"]
+    cohort_study()
+    assert client.post("/v1/studies/c1/cohorts", headers=h3.headers).status_code == 403
+    assert client.get("/v1/studies/c1/cohorts", headers=h3.headers).status_code == 403
+    doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
+    assert doc["status"] == "not_started"
+    assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
+    again = client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    assert again.status_code == 409 and "already started" in again.json()["detail"]
+
+
+@pytest.mark.parametrize(("cohorts", "detail"), [
+    ({key: v for key, v in COHORTS.items() if key != "k"}, "needs k"),
+    ({"method": "dpm", "epsilon": "0.000000005", "depth": 5}, "too small to split"),
+    ({**COHORTS, "epsilon": "0.000000003", "rounds": 5}, "too small to split"),
+    ({**COHORTS, "epsilon": 1.0}, "not a float"),
+    ({**COHORTS, "k": 0}, "k"),
+])
+def test_invalid_cohort_sections_are_refused(client, coord_kit, cohorts, detail):
+    spec = {**coord_kit.study_spec("bad"), "cohorts": cohorts}
+    r = client.post("/v1/studies", json=spec, headers=ADMIN)
+    assert r.status_code == 422 and detail in r.json()["detail"], r.text
