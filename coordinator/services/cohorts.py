@@ -188,7 +188,7 @@ def post_release(session: Session, study: Study, participant: Participant, numbe
         cid = _charge(session, participant, study, number, cost, payload, digest,
                       config.version)
     except BudgetExceeded as exc:
-        record_refusal(session, participant, study.id, cost, exc)
+        record_refusal(session, participant.id, study.id, cost, exc)
         raise
     session.add(CohortRelease(study_id=study.id, number=number, participant_id=participant.id,
                               idempotency_key=body.idempotency_key, payload_sha256=digest,
