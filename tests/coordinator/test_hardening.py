@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -17,6 +18,7 @@ from common.errors import Conflict
 from coordinator import admin_session
 from coordinator.config import Settings, describe_settings_error
 from coordinator.db import check_connection_budget, make_engine, make_sessionmaker
+from coordinator.login_throttle import judge_login
 from coordinator.metrics import method_label, remove_stale_dirs
 
 
@@ -46,15 +48,19 @@ def test_failed_logins_are_throttled_per_client(client, settings):
     assert "Too many failed attempts" in r.text
 
 
-def test_throttle_window_slides():
-    now = [0.0]
-    throttle = admin_session.LoginThrottle(3, window_s=60, clock=lambda: now[0])
-    for _ in range(3):
-        assert throttle.retry_after("a") == 0
-        throttle.failed("a")
-    assert throttle.retry_after("a") == 61 and throttle.retry_after("b") == 0
-    now[0] = 60.0
-    assert throttle.retry_after("a") == 0
+def test_throttle_window_slides(app):
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def judge(client, seconds, correct=False):
+        with app.state.sessionmaker() as session:
+            return judge_login(session, client, correct=correct, limit=3, window_s=60,
+                               now=t0 + timedelta(seconds=seconds))
+
+    assert [judge("a", s) for s in (0, 10, 20)] == [0, 0, 0]
+    assert judge("a", 30, correct=True) == 31  # throttled even with the right token
+    assert judge("b", 30) == 0  # per client address
+    assert judge("a", 59) == 2 and judge("a", 60) == 0  # the failure at 0 left the window
+    assert judge("a", 61) == 10  # 10, 20 and 60 are in it now; 10 leaves it at 70
 
 
 def test_made_up_methods_do_not_create_series(client):

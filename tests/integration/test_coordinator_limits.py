@@ -184,9 +184,9 @@ def test_frozen_database_answers_503_and_recovers(coordinator_server, own_postgr
             assert all(r.headers["retry-after"] == "5" for r in api)
         finally:
             signal_server(pg.pid, signal.SIGCONT)
-        for _ in range(60):  # recovery: poll until ready (no timing assertion)
-            if c.get("/readyz").status_code == 200:
-                break
-        assert c.get("/readyz").status_code == 200
+        deadline = time.monotonic() + 300  # a hang guard only: the loop ends on readiness
+        while c.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "not ready again after SIGCONT"
+            time.sleep(0.2)
         budget = c.get("/v1/admin/budget")
         assert budget.status_code == 200 and budget.json()[0]["participant"] == "h1"
