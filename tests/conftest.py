@@ -337,7 +337,7 @@ def coordinator_server(tmp_path):
     def start(database_url, workers=4):
         env = {**_os.environ, "FEDOD_DATABASE_URL": database_url,
                "FEDOD_ADMIN_TOKEN": admin_token, "FEDOD_DATA_DIR": str(tmp_path / "data"),
-               "FEDOD_LOG_LEVEL": "WARNING"}
+               "FEDOD_LOG_LEVEL": _os.environ.get("FEDOD_LOG_LEVEL", "WARNING")}
         server = CoordinatorServer(env, workers, tmp_path)
         server.admin_token = admin_token
         servers.append(server)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from worker_procs import children
 
 pytestmark = pytest.mark.slow
 N_SOCKETS = 2000
@@ -96,22 +97,9 @@ def _pg_bin() -> str | None:
     return os.path.dirname(found[-1]) if found else None
 
 
-def _children(pid: int) -> list[int]:
-    """PIDs whose parent is ``pid`` (from /proc)."""
-    found = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.split("/")[2]))
-    return found
-
-
 def signal_server(pid: int, sig: int) -> None:
     """Signal the postmaster and every backend (each backend has its own session)."""
-    for target in [pid, *_children(pid)]:
+    for target in [pid, *children(pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, sig)
 
