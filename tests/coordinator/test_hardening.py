@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
@@ -20,6 +21,7 @@ from coordinator.config import Settings, describe_settings_error
 from coordinator.db import check_connection_budget, make_engine, make_sessionmaker
 from coordinator.login_throttle import judge_login
 from coordinator.metrics import method_label, remove_stale_dirs
+from coordinator.reclaim import Reclaimer
 
 
 def login(client):
@@ -197,3 +199,21 @@ def test_serve_refuses_a_concurrency_limit_past_the_open_files_limit():
     if limit != resource.RLIM_INFINITY:
         with pytest.raises(ValueError, match="FEDOD_LIMIT_CONCURRENCY needs about"):
             raise_file_limit(limit + 1)
+
+
+def test_reclaimer_coalesces_dropped_bodies(caplog):
+    async def drop_bodies():
+        reclaimer = Reclaimer(min_interval_s=3600)
+        for _ in range(3):  # three bodies dropped before the loop turns: one run for all
+            reclaimer.request()
+        while reclaimer._pending:
+            await asyncio.sleep(0)
+        reclaimer.request()  # inside the interval: waits for its end instead of running now
+        return reclaimer
+
+    with caplog.at_level(logging.INFO, logger="fedod.reclaim"):
+        reclaimer = asyncio.run(drop_bodies())
+    runs = [r for r in caplog.records if r.name == "fedod.reclaim"]
+    assert [r.getMessage() for r in runs] == [
+        "freed the memory of 3 dropped request bodies (3 so far)"]
+    assert reclaimer.dropped == 4 and reclaimer._pending
