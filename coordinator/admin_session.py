@@ -1,4 +1,4 @@
-"""The dashboard's login sessions (server-side, revocable) and the login throttle.
+"""The dashboard's login sessions (server-side, revocable).
 
 The cookie holds a random session id; the database keeps only an HMAC of it (keyed by the
 admin token) with its expiry. Logout deletes the row, so a copied cookie stops working at
@@ -10,10 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
-import time
-from collections import defaultdict, deque
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import String, delete, select
@@ -70,38 +66,3 @@ def revoke(session: Session, admin_token: str | None, value: str | None) -> None
     if admin_token and value and len(value) <= 128:
         session.execute(delete(AdminSession).where(AdminSession.id_mac == _mac(admin_token, value)))
         session.commit()
-
-
-class LoginThrottle:
-    """At most ``limit`` failed logins per client address in any ``window_s`` seconds.
-
-    In memory, per worker process (so N workers allow N x limit at most).
-    """
-
-    def __init__(
-        self, limit: int, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.limit, self.window_s, self.clock = limit, window_s, clock
-        self._failures: defaultdict[str, deque[float]] = defaultdict(deque)
-        self._lock = threading.Lock()
-
-    def _recent(self, client: str) -> deque[float]:
-        times = self._failures[client]
-        while times and times[0] <= self.clock() - self.window_s:
-            times.popleft()
-        return times
-
-    def retry_after(self, client: str) -> int:
-        """Seconds until ``client`` may try again (0: now)."""
-        with self._lock:
-            times = self._recent(client)
-            if len(times) < self.limit:
-                if not times:
-                    self._failures.pop(client, None)
-                return 0
-            return max(1, int(times[0] + self.window_s - self.clock()) + 1)
-
-    def failed(self, client: str) -> None:
-        """Count one failed attempt of ``client``."""
-        with self._lock:
-            self._recent(client).append(self.clock())

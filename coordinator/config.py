@@ -79,7 +79,12 @@ class Settings(BaseSettings):
     forwarded_allow_ips: str = Field(
         default="127.0.0.1", description="proxies whose X-Forwarded-* headers are trusted"
     )
-    login_attempts_per_minute: int = Field(default=10, ge=1, description="per client, per worker")
+    login_attempts_per_minute: int = Field(
+        default=10, ge=1, description="failed logins per client address, across all workers"
+    )
+    login_window_s: int = Field(
+        default=60, ge=1, description="the sliding window of FEDOD_LOGIN_ATTEMPTS_PER_MINUTE"
+    )
     metrics_public: bool = False
 
     @model_validator(mode="after")

@@ -12,7 +12,6 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from common.errors import FedodError
-from coordinator.admin_session import LoginThrottle
 from coordinator.api.routes import (
     budget,
     cohorts,
@@ -97,7 +96,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.probe_engine = make_probe_engine(url, settings.db_timeout_s)
-    app.state.login_throttle = LoginThrottle(settings.login_attempts_per_minute)
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.keys = KeyStore(settings.resolved_signing_key_path)
     app.state.keys.ensure()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.metrics import LATENCY, REQUESTS, method_label
+from coordinator.reclaim import Reclaimer
 
 log = logging.getLogger("fedod.access")
 WARN_STATUSES = frozenset({401, 403, 408, 409, 413, 429, 503})
@@ -92,6 +93,7 @@ class BodyLimitMiddleware:
 class _Exchange:
     started: bool = False
     abandoned: bool = False
+    stalled: bool = False
 
 
 def _expects_body(scope: Scope) -> bool:
@@ -109,7 +111,8 @@ class TimeoutMiddleware:
 
     The deadline starts once the body is in. A handler past it keeps running in its thread
     (a thread cannot be cancelled) but its answer is dropped; the client gets 503 with
-    ``Retry-After`` and ``Connection: close``.
+    ``Retry-After`` and ``Connection: close``. The memory of a dropped body is given back
+    (:class:`~coordinator.reclaim.Reclaimer`).
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class TimeoutMiddleware:
         self.body_timeout_s = body_timeout_s
         self.request_timeout_s = request_timeout_s
         self.retry_after = str(retry_after_s)
+        self.reclaimer = Reclaimer(min_interval_s=body_timeout_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -133,6 +137,7 @@ class TimeoutMiddleware:
             try:
                 message = await asyncio.wait_for(receive(), self.body_timeout_s)
             except TimeoutError:
+                state.stalled = True
                 if not state.started:
                     state.started = state.abandoned = True
                     detail = f"request body stalled for {self.body_timeout_s:g} s " \
@@ -150,19 +155,23 @@ class TimeoutMiddleware:
                 state.started = True
             await send(message)
 
-        task = asyncio.ensure_future(self.app(scope, timed_receive, guarded_send))
-        body_wait = asyncio.ensure_future(body_in.wait())
-        await asyncio.wait({task, body_wait}, return_when=asyncio.FIRST_COMPLETED)
-        body_wait.cancel()
-        if not task.done():
-            await asyncio.wait({task}, timeout=self.request_timeout_s)
-        if task.done() or state.started:
-            await task
-            return
-        state.started = state.abandoned = True
-        task.add_done_callback(_consume)
-        detail = "the request did not finish in time (it may still complete); retry later"
-        await reply(send, 503, detail, {"retry-after": self.retry_after, "connection": "close"})
+        try:
+            task = asyncio.ensure_future(self.app(scope, timed_receive, guarded_send))
+            body_wait = asyncio.ensure_future(body_in.wait())
+            await asyncio.wait({task, body_wait}, return_when=asyncio.FIRST_COMPLETED)
+            body_wait.cancel()
+            if not task.done():
+                await asyncio.wait({task}, timeout=self.request_timeout_s)
+            if task.done() or state.started:
+                await task
+                return
+            state.started = state.abandoned = True
+            task.add_done_callback(_consume)
+            detail = "the request did not finish in time (it may still complete); retry later"
+            await reply(send, 503, detail, {"retry-after": self.retry_after, "connection": "close"})
+        finally:
+            if state.stalled:  # the dropped body sits in reference cycles: free it
+                self.reclaimer.request()
 
 
 def _client(scope: Scope) -> str:

@@ -4,8 +4,17 @@ import secrets as _secrets
 from urllib.parse import quote as _quote
 
 import pytest as _pytest
+from hypothesis import HealthCheck as _HealthCheck
+from hypothesis import settings as _hypothesis_settings
 
 _DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+# No test depends on wall-clock time: hypothesis's per-example deadline and its "too slow"
+# health check both measure elapsed time, which a loaded machine stretches arbitrarily.
+_hypothesis_settings.register_profile(
+    "fedod", deadline=None, suppress_health_check=[_HealthCheck.too_slow]
+)
+_hypothesis_settings.load_profile("fedod")
 
 
 def _pg_base_url() -> str:
@@ -275,7 +284,8 @@ class CoordinatorServer:
         self.env, self.workers, self.log = env, workers, tmp_path / "server.log"
         self.proc = None
 
-    def start(self, timeout=60.0):
+    def start(self, timeout=300.0):
+        """Start the server; ``timeout`` only bounds a hang (readiness is what ends the wait)."""
         import subprocess
         import sys
         import time
@@ -327,7 +337,7 @@ def coordinator_server(tmp_path):
     def start(database_url, workers=4):
         env = {**_os.environ, "FEDOD_DATABASE_URL": database_url,
                "FEDOD_ADMIN_TOKEN": admin_token, "FEDOD_DATA_DIR": str(tmp_path / "data"),
-               "FEDOD_LOG_LEVEL": "WARNING"}
+               "FEDOD_LOG_LEVEL": _os.environ.get("FEDOD_LOG_LEVEL", "WARNING")}
         server = CoordinatorServer(env, workers, tmp_path)
         server.admin_token = admin_token
         servers.append(server)

@@ -128,5 +128,5 @@ def test_pages_tell_the_ledger_story(browser, artifacts, coordinator_server, tmp
 
 def test_detail_pages_need_a_session(coordinator_server, tmp_path):
     server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
-    r = httpx.get(server.url + "/admin/participants/x", follow_redirects=False)
+    r = httpx.get(server.url + "/admin/participants/x", follow_redirects=False, timeout=30)
     assert r.status_code == 303 and r.headers["location"] == "/admin/login"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -17,7 +19,9 @@ from common.errors import Conflict
 from coordinator import admin_session
 from coordinator.config import Settings, describe_settings_error
 from coordinator.db import check_connection_budget, make_engine, make_sessionmaker
+from coordinator.login_throttle import judge_login
 from coordinator.metrics import method_label, remove_stale_dirs
+from coordinator.reclaim import Reclaimer
 
 
 def login(client):
@@ -46,15 +50,19 @@ def test_failed_logins_are_throttled_per_client(client, settings):
     assert "Too many failed attempts" in r.text
 
 
-def test_throttle_window_slides():
-    now = [0.0]
-    throttle = admin_session.LoginThrottle(3, window_s=60, clock=lambda: now[0])
-    for _ in range(3):
-        assert throttle.retry_after("a") == 0
-        throttle.failed("a")
-    assert throttle.retry_after("a") == 61 and throttle.retry_after("b") == 0
-    now[0] = 60.0
-    assert throttle.retry_after("a") == 0
+def test_throttle_window_slides(app):
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def judge(client, seconds, correct=False):
+        with app.state.sessionmaker() as session:
+            return judge_login(session, client, correct=correct, limit=3, window_s=60,
+                               now=t0 + timedelta(seconds=seconds))
+
+    assert [judge("a", s) for s in (0, 10, 20)] == [0, 0, 0]
+    assert judge("a", 30, correct=True) == 31  # throttled even with the right token
+    assert judge("b", 30) == 0  # per client address
+    assert judge("a", 59) == 2 and judge("a", 60) == 0  # the failure at 0 left the window
+    assert judge("a", 61) == 10  # 10, 20 and 60 are in it now; 10 leaves it at 70
 
 
 def test_made_up_methods_do_not_create_series(client):
@@ -191,3 +199,21 @@ def test_serve_refuses_a_concurrency_limit_past_the_open_files_limit():
     if limit != resource.RLIM_INFINITY:
         with pytest.raises(ValueError, match="FEDOD_LIMIT_CONCURRENCY needs about"):
             raise_file_limit(limit + 1)
+
+
+def test_reclaimer_coalesces_dropped_bodies(caplog):
+    async def drop_bodies():
+        reclaimer = Reclaimer(min_interval_s=3600)
+        for _ in range(3):  # three bodies dropped before the loop turns: one run for all
+            reclaimer.request()
+        while reclaimer._pending:
+            await asyncio.sleep(0)
+        reclaimer.request()  # inside the interval: waits for its end instead of running now
+        return reclaimer
+
+    with caplog.at_level(logging.INFO, logger="fedod.reclaim"):
+        reclaimer = asyncio.run(drop_bodies())
+    runs = [r for r in caplog.records if r.name == "fedod.reclaim"]
+    assert [r.getMessage() for r in runs] == [
+        "freed the memory of 3 dropped request bodies (3 so far)"]
+    assert reclaimer.dropped == 4 and reclaimer._pending

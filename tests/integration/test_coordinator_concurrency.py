@@ -144,7 +144,7 @@ def test_concurrent_contributions_stay_exact(coordinator_server, fresh_postgres_
     assert len(budget_409) >= N_PARTICIPANTS * 2 - 40  # some over-budget attempts were replays
     check_invariants(server, fresh_postgres_url, {k: lsh for k, (_, lsh) in accepted.items()})
     cap = PrivacyBudget(CAP)
-    budgets = httpx.get(f"{server.url}/v1/admin/budget",
+    budgets = httpx.get(f"{server.url}/v1/admin/budget", timeout=60,
                         headers={"Authorization": f"Bearer {server.admin_token}"}).json()
     for b in budgets:
         spent = sum(PrivacyBudget(e["epsilon"]).epsilon for e in b["entries"])
@@ -161,13 +161,17 @@ def test_sigkill_mid_stream_leaves_no_half_writes(coordinator_server, fresh_post
     acknowledged, unknown = {}, []
     lock = threading.Lock()
     killed = threading.Event()
-    client = httpx.Client(base_url=server.url, timeout=10)
+    client = httpx.Client(base_url=server.url, timeout=60)
 
     def send(job):
         token, body, lsh = job
         try:
-            r = client.post("/v1/studies/storm/contributions", json=body,
-                            headers={"Authorization": f"Bearer {token}"})
+            while True:  # a busy pool's 503 is retried with the same bytes, as clients do
+                r = client.post("/v1/studies/storm/contributions", json=body,
+                                headers={"Authorization": f"Bearer {token}"})
+                if r.status_code != 503 or killed.is_set():
+                    break
+                time.sleep(float(r.headers["retry-after"]))
             ok = r.status_code in (200, 201)
         except httpx.TransportError:
             ok = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from worker_procs import children
 
 pytestmark = pytest.mark.slow
 N_SOCKETS = 2000
@@ -63,15 +65,30 @@ def wait_closed_by_server(socks: list[socket.socket], timeout_s: float = 180) ->
     return closed
 
 
-def test_idle_and_slow_sockets_do_not_starve_healthz(coordinator_server, tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDOD_HEADER_TIMEOUT_S", "10")
+def still_open(socks: list[socket.socket]) -> int:
+    """How many of these sockets are quiet: nothing to read, no EOF, no error from the server."""
+    poller = select.poll()
+    for s in socks:
+        poller.register(s, select.POLLIN)
+    return len(socks) - len(poller.poll(0))
+
+
+def test_idle_and_slow_sockets_do_not_starve_healthz(coordinator_server, tmp_path, monkeypatch,
+                                                     capsys):
+    monkeypatch.setenv("FEDOD_HEADER_TIMEOUT_S", "30")
     monkeypatch.setenv("FEDOD_BODY_TIMEOUT_S", "2")
     monkeypatch.setenv("FEDOD_LIMIT_CONCURRENCY", "4000")
     server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
     socks = open_sockets(server.port, N_SOCKETS)
     try:
+        started = time.perf_counter()
         r = httpx.get(server.url + "/healthz", timeout=30)
+        answered_s = time.perf_counter() - started
         assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert still_open(socks) == N_SOCKETS  # healthz answered while all of them were held
+        with capsys.disabled():
+            print(f"\n/healthz answered in {answered_s * 1000:.0f} ms with {N_SOCKETS} idle "
+                  "and slow-header sockets open (printed, not asserted: the machine is shared)")
         assert httpx.get(server.url + "/v1/key", timeout=30).status_code == 200
         stalled = socket.create_connection(("127.0.0.1", server.port), timeout=120)
         stalled.sendall(b"POST /v1/studies HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
@@ -96,22 +113,9 @@ def _pg_bin() -> str | None:
     return os.path.dirname(found[-1]) if found else None
 
 
-def _children(pid: int) -> list[int]:
-    """PIDs whose parent is ``pid`` (from /proc)."""
-    found = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.split("/")[2]))
-    return found
-
-
 def signal_server(pid: int, sig: int) -> None:
     """Signal the postmaster and every backend (each backend has its own session)."""
-    for target in [pid, *_children(pid)]:
+    for target in [pid, *children(pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, sig)
 
@@ -184,9 +188,9 @@ def test_frozen_database_answers_503_and_recovers(coordinator_server, own_postgr
             assert all(r.headers["retry-after"] == "5" for r in api)
         finally:
             signal_server(pg.pid, signal.SIGCONT)
-        for _ in range(60):  # recovery: poll until ready (no timing assertion)
-            if c.get("/readyz").status_code == 200:
-                break
-        assert c.get("/readyz").status_code == 200
+        deadline = time.monotonic() + 300  # a hang guard only: the loop ends on readiness
+        while c.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "not ready again after SIGCONT"
+            time.sleep(0.2)
         budget = c.get("/v1/admin/budget")
         assert budget.status_code == 200 and budget.json()[0]["participant"] == "h1"

@@ -13,6 +13,7 @@ from common.errors import NotFound
 from coordinator import admin_session
 from coordinator.api.deps import KeysDep, SessionDep, SettingsDep, is_admin_token
 from coordinator.dashboard import dashboard_page, login_page, page, participant_page, study_page
+from coordinator.login_throttle import judge_login
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -95,11 +96,6 @@ def login_form() -> HTMLResponse:
     return _html(login_page())
 
 
-def _throttle(request: Request) -> admin_session.LoginThrottle:
-    throttle: admin_session.LoginThrottle = request.app.state.login_throttle
-    return throttle
-
-
 @router.post("/login")
 def login(
     request: Request,
@@ -109,15 +105,15 @@ def login(
 ) -> Response:
     """Check the admin token and set the session cookie (HttpOnly, SameSite=Strict)."""
     client = request.client.host if request.client else "-"
-    throttle = _throttle(request)
-    wait = throttle.retry_after(client)
+    correct = is_admin_token(settings, token)
+    wait = judge_login(session, client, correct=correct,
+                       limit=settings.login_attempts_per_minute, window_s=settings.login_window_s)
     if wait:
         page = login_page(f"Too many failed attempts; try again in {wait} s.")
         throttled = _html(page, status.HTTP_429_TOO_MANY_REQUESTS)
         throttled.headers["Retry-After"] = str(wait)
         return throttled
-    if not is_admin_token(settings, token):
-        throttle.failed(client)
+    if not correct:
         return _html(login_page("That is not the admin token."), status.HTTP_401_UNAUTHORIZED)
     response = _redirect("/admin")
     response.set_cookie(

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_cohorts"
-down_revision = "0005_refusals"
+down_revision = "0006_login_throttle"
 branch_labels = None
 depends_on = None
 
