@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from participant.cohort_columns import MODEL_FILE
+
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]
 COHORTS = {"method": "kmeans", "k": 2, "over": 4, "rounds": 3, "epsilon": "3"}
@@ -152,6 +154,13 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
         dist = {i: float(np.linalg.norm(x - c)) for i, c in centres.items()}
         assert int(row["cohort"]) == min(dist, key=dist.get)
         assert abs(float(row["cohort_distance"]) - min(dist.values())) < 1e-9
+    # the released cohort model also scores as the third detector of the combined score
+    from common.cohorts.model import CohortModel
+    from common.detectors import CentroidDetector
+
+    model = CohortModel.from_json((states["ch1"] / "studies" / STUDY / MODEL_FILE).read_text())
+    expected = CentroidDetector.from_model(model).decision_function(X)
+    np.testing.assert_allclose([float(r["score_centroid"]) for r in rows], expected, rtol=1e-9)
 
 
 def test_a_dpm_tree_through_real_processes_prints_rules(participant_coordinator, tmp_path):
