@@ -11,7 +11,7 @@ from coordinator.models import Base, UTCDateTime, utcnow
 
 
 class OnlineRelease(Base):
-    """One participant's noisy mini-batch gradient sum; its charge is itemised here.
+    """One participant's noisy mini-batch gradient sum (its charge is also a ledger entry).
 
     ``applied_in`` is the online model version whose step consumed it (null while pending).
     """

@@ -61,6 +61,7 @@ BUMP = (
 CONFIG = select(Study.config_version, Study.config_digest).where(Study.id == bindparam("sid"))
 INSERT_CONTRIBUTION = insert(Contribution).values(replaces_id=LATEST).returning(Contribution.id)
 INSERT_LEDGER = insert(LedgerEntry)
+INSERT_ITEM = insert(Contribution).returning(Contribution.id)  # replaces nothing: see itemise
 
 
 @dataclass(frozen=True)
@@ -127,3 +128,24 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     return Stored(
         contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
     )
+
+
+def itemise(conn: Connection, *, participant_id: int, study_id: str, key: str, digest: str,
+            config_version: int, eps_units: int, delta_units: int, payload: str,
+            kind: str) -> int:
+    """Itemise a charge that :data:`CHARGE` already took for a release that is not an LSH
+    contribution (a cohort round, a streaming gradient): a contribution row with
+    ``model_version`` 0 (outside every fold window, so never merged into or replacing the LSH
+    model) and its ledger entry, so ``/v1/me``, ``/v1/admin/budget`` and the dashboard list
+    it. Returns the contribution id."""
+    now = utcnow()
+    contribution_id: int = conn.execute(INSERT_ITEM, {
+        "study_id": study_id, "participant_id": participant_id, "replaces_id": None,
+        "idempotency_key": key, "request_sha256": digest, "config_version": config_version,
+        "eps_units": eps_units, "delta_units": delta_units, "lsh_payload": payload,
+        "grid_payload": None, "model_version": 0, "created_at": now}).scalar_one()
+    conn.execute(INSERT_LEDGER, {
+        "participant_id": participant_id, "contribution_id": contribution_id,
+        "study_id": study_id, "kind": kind, "eps_units": eps_units,
+        "delta_units": delta_units, "created_at": now})
+    return contribution_id

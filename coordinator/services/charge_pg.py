@@ -51,7 +51,8 @@ SELECT version FROM bump
 STORE = text(
     """
 WITH latest AS (
-    SELECT max(id) AS id FROM contributions WHERE participant_id = :pid AND study_id = :sid
+    SELECT max(id) AS id FROM contributions
+    WHERE participant_id = :pid AND study_id = :sid AND model_version > 0
 ), stored AS (
     INSERT INTO contributions (study_id, participant_id, replaces_id, idempotency_key,
         request_sha256, config_version, eps_units, delta_units, lsh_payload, grid_payload,

@@ -35,7 +35,7 @@ from common.errors import (
     NotFound,
 )
 from coordinator.cohort_tables import CohortRelease, CohortResult, CohortRound
-from coordinator.models import Contribution, Member, Participant, Study, utcnow
+from coordinator.models import Member, Participant, Study, utcnow
 from coordinator.services import charge
 from coordinator.services.refusals import record_refusal
 from coordinator.services.studies import study_config
@@ -153,17 +153,9 @@ def _charge(session: Session, participant: Participant, study: Study, number: in
         session.refresh(participant)
         raise BudgetExceeded(spent=participant.spent, asked=cost, cap=participant.cap,
                              participant=participant.name)
-    contribution = Contribution(
-        study_id=study.id, participant_id=participant.id, idempotency_key=f"cohort:{number}",
-        request_sha256=digest, config_version=version, eps_units=eps, delta_units=delta,
-        lsh_payload=payload, grid_payload=None, model_version=0)
-    session.add(contribution)
-    session.flush()
-    conn.execute(charge.INSERT_LEDGER, {
-        "participant_id": participant.id, "contribution_id": contribution.id,
-        "study_id": study.id, "kind": "cohort", "eps_units": eps, "delta_units": delta,
-        "created_at": utcnow()})
-    return contribution.id
+    return charge.itemise(conn, participant_id=participant.id, study_id=study.id,
+                          key=f"cohort:{number}", digest=digest, config_version=version,
+                          eps_units=eps, delta_units=delta, payload=payload, kind="cohort")
 
 
 def post_release(session: Session, study: Study, participant: Participant, number: int,

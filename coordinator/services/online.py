@@ -146,6 +146,11 @@ def submit(session: Session, participant: Participant, study: Study,
         session.add(release)
         model.pending += 1
         session.flush()
+        if eps or delta:  # itemised on the ledger like every other charge
+            charge.itemise(conn, participant_id=participant.id, study_id=study.id,
+                           key=f"online:{release.id}", digest=digest,
+                           config_version=body.config_version, eps_units=eps,
+                           delta_units=delta, payload="", kind="online")
         if model.pending >= params.step_releases:
             _step(session, model, params)
         version = model.version

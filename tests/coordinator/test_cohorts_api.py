@@ -196,3 +196,26 @@ def test_invalid_cohort_sections_are_refused(client, coord_kit, cohorts, detail)
     spec = {**coord_kit.study_spec("bad"), "cohorts": cohorts}
     r = client.post("/v1/studies", json=spec, headers=ADMIN)
     assert r.status_code == 422 and detail in r.json()["detail"], r.text
+
+
+def test_a_cohort_release_is_never_replaced_by_an_lsh_release(client, cohort_study, coord_kit):
+    """Cohort vectors are itemised as contributions of model version 0: a later LSH release
+    of the same participant starts the LSH model afresh (1 contributor, exactly its counts)
+    and replaces nothing, on both storage paths (SQLite's and PostgreSQL's two-statement
+    ingest)."""
+    from test_contributions import model_lsh
+
+    config, (h1, _) = cohort_study()
+    assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
+    values = _exact(client, config, 1, np.full((20, 3), 0.5))
+    assert client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, values, 1),
+                       headers=h1.headers).status_code == 201
+    signed = client.get("/v1/studies/c1/config", headers=h1.headers).json()
+    body, lsh, _ = coord_kit.release(signed, np.random.default_rng(9))
+    r = client.post("/v1/studies/c1/contributions", json=body, headers=h1.headers)
+    assert r.status_code == 201, r.text
+    model = client.get("/v1/studies/c1/model", headers=h1.headers).json()
+    assert model["contributors"] == 1
+    np.testing.assert_array_equal(model_lsh(model), lsh)
+    kinds = [e["kind"] for e in client.get("/v1/me", headers=h1.headers).json()["entries"]]
+    assert sorted(kinds) == ["cohort", "lsh"]

@@ -60,6 +60,9 @@ def test_releases_of_two_participants_make_one_step(client, signed, members):
     budgets = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
     assert budgets["h1"]["epsilon_spent"] == budgets["h2"]["epsilon_spent"] == "2"
     assert budgets["h1"]["delta_spent"] == "0.000001"
+    for name in ("h1", "h2"):  # itemised like every charge, so the dashboard lists it
+        [entry] = budgets[name]["entries"]
+        assert (entry["kind"], entry["epsilon"], entry["study_id"]) == ("online", "2", "s1")
 
 
 def test_refusals_store_and_charge_nothing(client, signed, members):
@@ -78,7 +81,7 @@ def test_refusals_store_and_charge_nothing(client, signed, members):
         assert r.status_code == status, (doc, r.text)
     budget = next(b for b in client.get("/v1/admin/budget", headers=ADMIN).json()
                   if b["participant"] == "h1")
-    assert budget["epsilon_spent"] == "0"
+    assert budget["epsilon_spent"] == "0" and budget["entries"] == []
     assert client.get("/v1/studies/s1/online/model", headers=ADMIN).json()["pending"] == 0
 
 
