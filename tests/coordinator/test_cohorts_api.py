@@ -97,9 +97,19 @@ def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
     doc = client.get("/v1/studies/c1/cohorts", headers=h1.headers).json()
     assert doc["status"] == "done" and [r["status"] for r in doc["history"]] == ["done"] * 2
     model = CohortModel.from_json(json.dumps(doc["model"]))
+    # exactly what the pure protocol gives on the same vectors (the start is drawn from the
+    # study's fresh seed, so how many records a pruned seed centroid took varies by study)
+    proto = _protocol(config)
+    state = proto.start()
+    for _ in (1, 2):
+        state = proto.advance(state, [proto.exact(state, X) for X in blobs.values()])
+    expected = proto.finish(state)
+    np.testing.assert_array_equal(model.masses, expected.masses)
+    np.testing.assert_array_equal(model.centroids, expected.centroids)
     centres = sorted(model.centroids[:, 0])
     assert abs(centres[0] - 0.2) < 0.05 and abs(centres[1] - 0.8) < 0.05
-    assert sorted(model.masses) == [200.0, 200.0]
+    # pruning drops only seed centroids under the count floor (20 here), at most 2 of 4
+    assert sum(model.masses) >= 400 - 2 * 20
     for h in (h1, h2):
         me = client.get("/v1/me", headers=h.headers).json()
         charges = [e for e in me["entries"] if e["kind"] == "cohort"]
