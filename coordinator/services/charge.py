@@ -113,18 +113,8 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     check(*conn.execute(CONFIG, {"sid": r.study_id}).one())
     row = {**r.__dict__, **ids, "model_version": version, "created_at": now}
     contribution_id = conn.execute(INSERT_CONTRIBUTION, row).scalar_one()
-    conn.execute(
-        INSERT_LEDGER,
-        {
-            "participant_id": r.participant_id,
-            "contribution_id": contribution_id,
-            "study_id": r.study_id,
-            "kind": "lsh" if r.grid_payload is None else "lsh+grid",
-            "eps_units": r.eps_units,
-            "delta_units": r.delta_units,
-            "created_at": now,
-        },
-    )
+    kind = "lsh" if r.grid_payload is None else "lsh+grid"
+    _ledger(conn, contribution_id, row, kind)
     return Stored(
         contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
     )
@@ -138,14 +128,18 @@ def itemise(conn: Connection, *, participant_id: int, study_id: str, key: str, d
     ``model_version`` 0 (outside every fold window, so never merged into or replacing the LSH
     model) and its ledger entry, so ``/v1/me``, ``/v1/admin/budget`` and the dashboard list
     it. Returns the contribution id."""
-    now = utcnow()
-    contribution_id: int = conn.execute(INSERT_ITEM, {
+    row = {
         "study_id": study_id, "participant_id": participant_id, "replaces_id": None,
         "idempotency_key": key, "request_sha256": digest, "config_version": config_version,
         "eps_units": eps_units, "delta_units": delta_units, "lsh_payload": payload,
-        "grid_payload": None, "model_version": 0, "created_at": now}).scalar_one()
-    conn.execute(INSERT_LEDGER, {
-        "participant_id": participant_id, "contribution_id": contribution_id,
-        "study_id": study_id, "kind": kind, "eps_units": eps_units,
-        "delta_units": delta_units, "created_at": now})
+        "grid_payload": None, "model_version": 0, "created_at": utcnow()}
+    contribution_id: int = conn.execute(INSERT_ITEM, row).scalar_one()
+    _ledger(conn, contribution_id, row, kind)
     return contribution_id
+
+
+def _ledger(conn: Connection, contribution_id: int, row: dict, kind: str) -> None:
+    """The ledger entry of a just-inserted contribution ``row`` (same ids, charge and time)."""
+    keys = ("participant_id", "study_id", "eps_units", "delta_units", "created_at")
+    entry = {k: row[k] for k in keys}
+    conn.execute(INSERT_LEDGER, {**entry, "contribution_id": contribution_id, "kind": kind})
