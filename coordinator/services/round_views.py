@@ -11,7 +11,7 @@ from coordinator.keys import KeyStore
 from coordinator.models import Participant, Study
 from coordinator.round_models import Round
 from coordinator.services import round_store as store
-from coordinator.services.rounds import current
+from coordinator.services.rounds import current, missing_members
 from coordinator.services.studies import study_config
 
 
@@ -38,9 +38,11 @@ def round_public(session: Session, rnd: Round) -> RoundPublic:
 
 
 def _inbox(session: Session, keys: KeyStore, study: Study, rnd: Round, me: str) -> dict[str, str]:
-    """In the recover phase: the shares sealed for ``me`` by the members lost after masking."""
-    if rnd.status != "recover" or rnd.roster is None:
+    """In the recover phase: the shares sealed for ``me`` by the members lost after masking
+    (only theirs: a holder is never handed shares it is not asked to reveal)."""
+    if rnd.status != "recover" or rnd.roster is None or rnd.request is None:
         return {}
+    missing = set(missing_members(rnd))
     roster = server.roster_of(SignedMessage.model_validate_json(rnd.roster),
                               keys.private_key().public_key())
     if me not in roster.members:
@@ -50,7 +52,7 @@ def _inbox(session: Session, keys: KeyStore, study: Study, rnd: Round, me: str) 
         owner: b64e(server.sealed_share(b64d(frame), roster, owner=owner, holder=me,
                                         n_cells=cells))
         for owner, frame in store.messages(session, rnd, "masked").items()
-        if owner != me
+        if owner in missing and owner != me
     }
 
 

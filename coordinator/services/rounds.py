@@ -159,7 +159,8 @@ def _identity(session: Session, name: str) -> Ed25519PublicKey:
     return store.identity_of(session, _participant(session, name))
 
 
-def _missing(rnd: Round) -> list[str]:
+def missing_members(rnd: Round) -> list[str]:
+    """The members a recover request names (recover phase)."""
     assert rnd.request is not None
     payload = SignedMessage.model_validate_json(rnd.request).payload
     return RecoverBody.model_validate_json(payload).missing
@@ -175,7 +176,7 @@ def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     }
     shares = {
         name: server.accept_shares(SignedMessage.model_validate_json(signed), roster, name=name,
-                                   identity=_identity(session, name), missing=_missing(rnd))
+                                   identity=_identity(session, name), missing=missing_members(rnd))
         for name, signed in store.messages(session, rnd, "shares").items()
     }
     words = {
@@ -246,7 +247,7 @@ def post_message(
         if kind != "shares" or name not in store.messages(session, rnd, "unmask"):
             raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")
         server.accept_shares(message, _roster(rnd, keys), name=name, identity=identity,
-                             missing=_missing(rnd))
+                             missing=missing_members(rnd))
         payload = message.model_dump_json()
     else:
         if kind == "advert":
