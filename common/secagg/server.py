@@ -12,6 +12,7 @@ shares held by the others, checked against u's signed commitment.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -132,10 +133,13 @@ def sealed_share(frame: bytes, roster: VerifiedRoster, *, owner: str, holder: st
 def build_request(
     roster: VerifiedRoster, included: list[str], key: Ed25519PrivateKey
 ) -> SignedMessage:
-    body = RequestBody(
-        **roster.body.ref().model_dump(), roster_digest=roster.digest, included=sorted(included)
-    )
+    """The unmask request: every member in ``included`` is in the sum."""
+    body = RequestBody(**_for(roster), included=sorted(included))
     return sign_message("request", body, key)
+
+
+def _for(roster: VerifiedRoster) -> dict[str, Any]:
+    return {**roster.body.ref().model_dump(), "roster_digest": roster.digest}
 
 
 def accept_unmask(
@@ -152,10 +156,8 @@ def accept_unmask(
 def build_recover(
     roster: VerifiedRoster, missing: list[str], key: Ed25519PrivateKey
 ) -> SignedMessage:
-    body = RecoverBody(
-        **roster.body.ref().model_dump(), roster_digest=roster.digest, missing=sorted(missing)
-    )
-    return sign_message("recover", body, key)
+    """The recover request: send your shares of these members' seeds."""
+    return sign_message("recover", RecoverBody(**_for(roster), missing=sorted(missing)), key)
 
 
 def accept_shares(

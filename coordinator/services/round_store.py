@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from numpy.typing import NDArray
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, Conflict, InvalidInput
-from common.secagg.messages import b64d, b64e
+from common.secagg.messages import RecoverBody, SignedMessage, b64d, b64e
+from common.secagg.vector import split_secure_sum
 from common.secagg.wire import frame_digest
-from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant
+from coordinator.models import (
+    Aggregate,
+    AggregateSnapshot,
+    Contribution,
+    LedgerEntry,
+    Participant,
+    utcnow,
+)
 from coordinator.round_models import IdentityKey, Round, RoundMessage
 
 
@@ -166,3 +176,45 @@ def charge_release(
     )
     locked.eps_spent += eps
     locked.delta_spent += delta
+
+
+def participant_by_name(session: Session, name: str) -> Participant:
+    found = session.scalar(select(Participant).where(Participant.name == name))
+    assert found is not None
+    return found
+
+
+def identity_by_name(session: Session, name: str) -> Ed25519PublicKey:
+    return identity_of(session, participant_by_name(session, name))
+
+
+def missing_members(rnd: Round) -> list[str]:
+    """The members a recover request names (recover phase)."""
+    assert rnd.request is not None
+    payload = SignedMessage.model_validate_json(rnd.request).payload
+    return RecoverBody.model_validate_json(payload).missing
+
+
+def replace_model(
+    session: Session, study_id: str, config: StudyConfig, total: NDArray[np.int64], members: int
+) -> None:
+    """The revealed sum replaces the study's model (a secure study takes no /contributions to
+    fold); the version moves on and ``contributors`` is the roster size."""
+    aggregate = session.scalar(
+        select(Aggregate)
+        .where(Aggregate.study_id == study_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    snapshot = session.scalar(
+        select(AggregateSnapshot).where(AggregateSnapshot.study_id == study_id).with_for_update()
+    )
+    assert aggregate is not None and snapshot is not None
+    aggregate.version += 1
+    aggregate.contributors = members
+    lsh, grid = split_secure_sum(config, total)
+    snapshot.lsh_sum = lsh.astype("<i8").tobytes()
+    if grid is not None:
+        snapshot.grid_indices, snapshot.grid_values = None, grid.astype("<i8").tobytes()
+    snapshot.version, snapshot.contributors = aggregate.version, aggregate.contributors
+    aggregate.updated_at = utcnow()

@@ -11,7 +11,8 @@ from coordinator.keys import KeyStore
 from coordinator.models import Participant, Study
 from coordinator.round_models import Round
 from coordinator.services import round_store as store
-from coordinator.services.rounds import current, missing_members
+from coordinator.services.round_store import missing_members
+from coordinator.services.rounds import current
 from coordinator.services.studies import study_config
 
 

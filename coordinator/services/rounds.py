@@ -17,10 +17,10 @@ from a clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -28,7 +28,6 @@ from common.config import StudyConfig
 from common.errors import Conflict, NotFound
 from common.secagg import server
 from common.secagg.messages import (
-    RecoverBody,
     RoundRef,
     RoundRefused,
     SignedMessage,
@@ -37,9 +36,8 @@ from common.secagg.messages import (
 )
 from common.secagg.params import AggregationParams
 from common.secagg.roster import VerifiedRoster
-from common.secagg.vector import split_secure_sum
 from coordinator.keys import KeyStore
-from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
+from coordinator.models import Member, Participant, Study, utcnow
 from coordinator.round_models import Round
 from coordinator.services import round_store as store
 from coordinator.services.studies import study_config
@@ -138,7 +136,7 @@ def _finish(session: Session, rnd: Round, status: str, detail: str | None = None
 def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, params = _secure(study)
     adverts = {
-        name: (store.identity_of(session, _participant(session, name)), b64d(frame))
+        name: (store.identity_of(session, store.participant_by_name(session, name)), b64d(frame))
         for name, frame in store.messages(session, rnd, "advert").items()
     }
     if len(adverts) < params.min_roster:
@@ -155,33 +153,22 @@ def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None
     rnd.roster, rnd.status = roster.model_dump_json(), "masking"
 
 
-def _identity(session: Session, name: str) -> Ed25519PublicKey:
-    return store.identity_of(session, _participant(session, name))
-
-
-def missing_members(rnd: Round) -> list[str]:
-    """The members a recover request names (recover phase)."""
-    assert rnd.request is not None
-    payload = SignedMessage.model_validate_json(rnd.request).payload
-    return RecoverBody.model_validate_json(payload).missing
-
-
 def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, _ = _secure(study)
     roster = _roster(rnd, keys)
+    who = functools.partial(store.identity_by_name, session)
     seeds = {
-        name: server.accept_unmask(b64d(frame), roster, name=name,
-                                   identity=_identity(session, name))
+        name: server.accept_unmask(b64d(frame), roster, name=name, identity=who(name))
         for name, frame in store.messages(session, rnd, "unmask").items()
     }
     shares = {
         name: server.accept_shares(SignedMessage.model_validate_json(signed), roster, name=name,
-                                   identity=_identity(session, name), missing=missing_members(rnd))
+                                   identity=who(name), missing=store.missing_members(rnd))
         for name, signed in store.messages(session, rnd, "shares").items()
     }
     words = {
-        name: server.accept_masked(b64d(frame), roster, name=name,
-                                   identity=_identity(session, name), n_cells=config.secure_cells)
+        name: server.accept_masked(b64d(frame), roster, name=name, identity=who(name),
+                                   n_cells=config.secure_cells)
         for name, frame in store.messages(session, rnd, "masked").items()
     }
     try:
@@ -189,32 +176,8 @@ def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     except RoundRefused as exc:
         _finish(session, rnd, "abandoned", exc.message)
         return
-    aggregate = session.scalar(
-        select(Aggregate)
-        .where(Aggregate.study_id == study.id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    snapshot = session.scalar(
-        select(AggregateSnapshot).where(AggregateSnapshot.study_id == study.id).with_for_update()
-    )
-    assert aggregate is not None and snapshot is not None
-    aggregate.version += 1
-    aggregate.contributors = len(roster.names)
-    # the revealed sum replaces the model (a secure study takes no /contributions to fold)
-    lsh, grid = split_secure_sum(config, total)
-    snapshot.lsh_sum = lsh.astype("<i8").tobytes()
-    if grid is not None:
-        snapshot.grid_indices, snapshot.grid_values = None, grid.astype("<i8").tobytes()
-    snapshot.version, snapshot.contributors = aggregate.version, aggregate.contributors
-    aggregate.updated_at = utcnow()
+    store.replace_model(session, study.id, config, total, len(roster.names))
     _finish(session, rnd, "done", f"{len(seeds)} of {len(roster.names)} answered the unmask")
-
-
-def _participant(session: Session, name: str) -> Participant:
-    found = session.scalar(select(Participant).where(Participant.name == name))
-    assert found is not None
-    return found
 
 
 STEPS: dict[str, tuple[str, str]] = {
@@ -247,7 +210,7 @@ def post_message(
         if kind != "shares" or name not in store.messages(session, rnd, "unmask"):
             raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")
         server.accept_shares(message, _roster(rnd, keys), name=name, identity=identity,
-                             missing=missing_members(rnd))
+                             missing=store.missing_members(rnd))
         payload = message.model_dump_json()
     else:
         if kind == "advert":
