@@ -171,7 +171,7 @@ def main() -> None:
           f"(roster state {len(state_roster)}, unmask state {len(state_unmask)}) | "
           f"{(up_bytes + down_bytes) / len(body):.2f}x |")
     print("| round trips per release | 1 (POST contribution) | 5 (POST keys, GET roster, "
-          "POST masked, GET request + shares, POST unmask) | 5x |")
+          "POST masked, GET request, POST unmask) | 5x |")
     print(f"\nonly when members are lost after masking (recover phase; 2 lost): each survivor "
           f"also reads {recover_bytes[0]} bytes (recover state with the shares sealed for it) "
           f"and sends {recover_bytes[1]} (its shares of the lost members' seeds), 2 more round "
