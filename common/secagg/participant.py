@@ -186,17 +186,13 @@ def answer_unmask(
     h_min = params.require_h_min()
     if len(request.included) < max(h_min, params.min_roster):
         raise RoundRefused(f"refusing to reveal a sum over fewer than {h_min} participants")
-    _not_unmasked_elsewhere(unmasked_attempt, request)
-    record(request.attempt)
-    return sign_frame("unmask", request, me, secrets.self_seed, identity, roster.digest)
-
-
-def _not_unmasked_elsewhere(unmasked_attempt: int | None, request: RoundRef) -> None:
     if unmasked_attempt is not None and unmasked_attempt != request.attempt:
         raise RoundRefused(
             f"this participant's noisy vector was already unmasked in attempt "
             f"{unmasked_attempt} of round {request.round}; it never enters a second sum"
         )
+    record(request.attempt)
+    return sign_frame("unmask", request, me, secrets.self_seed, identity, roster.digest)
 
 
 def answer_recover(
