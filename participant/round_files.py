@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg.keys import RoundSecrets, raw_public
-from common.secagg.messages import SignedMessage, b64e
+from common.secagg.messages import b64e
 from common.signing import load_private_key, save_private_key
 from participant.agent import Agent
 from participant.client import CoordinatorClient
@@ -38,12 +38,12 @@ class RoundFiles:
     def record_unmasked(self, attempt: int) -> None:
         write_private(self.root / "unmasked", str(attempt).encode())
 
-    def message(self, name: str, make: Callable[[], SignedMessage]) -> SignedMessage:
-        """A stored message, made and stored (fsync) first if absent: retries resend it."""
+    def frame(self, name: str, make: Callable[[], bytes]) -> bytes:
+        """A stored frame, made and stored (fsync) first if absent: retries resend it."""
         path = self.root / name
         if not path.exists():
-            write_private(path, make().model_dump_json().encode())
-        return SignedMessage.model_validate_json(path.read_bytes())
+            write_private(path, make())
+        return path.read_bytes()
 
 
 def identity_key(agent: Agent) -> Ed25519PrivateKey:

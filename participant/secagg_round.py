@@ -6,9 +6,13 @@ Order of operations (each step durable before the next)::
     tables, then the dense grid if the study has one), clipped to the public max_records ─►
     noisy vector = counts + a noise share per part (common.secagg.vector), drawn ONCE, stored
     (rounds/<n>/noisy.npy) ─► per attempt: fresh X25519 keys (stored) ─► signed advert ─►
-    verify roster ─► masked vector stored, then posted (retries send the same bytes) ─►
-    unmask answer only under the rules of common.secagg.participant, its attempt recorded
-    (rounds/<n>/unmasked) before the answer leaves
+    verify roster ─► masked frame stored, then posted (retries send the same bytes) ─►
+    unmask answer (its own self seed) only under the rules of common.secagg.participant, its
+    attempt recorded (rounds/<n>/unmasked) before the answer leaves ─► only if members were lost
+    after masking: the shares held of their seeds, for that same attempt only
+
+Advert, masked and unmask travel as binary frames (common.secagg.wire,
+application/octet-stream); the rare shares answer as signed JSON.
 
 A restarted attempt (someone was lost before masking) reuses the stored noisy vector under
 fresh masks. The noise share is a parameter (``noise_share``) so the protocol is testable
@@ -32,6 +36,7 @@ from common.secagg import participant as proto
 from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.schemas import RoundState
 from common.secagg.vector import NoiseShare, noisy_secure_vector
+from common.secagg.wire import OCTET_STREAM
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
 from participant.contribute import exact_histograms
@@ -132,17 +137,17 @@ def _state(
 
 
 def _post(
-    client: CoordinatorClient, study: str, number: int, what: str, msg: SignedMessage
+    client: CoordinatorClient, study: str, number: int, what: str, msg: bytes | SignedMessage
 ) -> None:
-    client.request(
-        "POST",
-        f"/v1/studies/{study}/rounds/{number}/{what}",
-        content=msg.model_dump_json().encode(),
-    )
+    path = f"/v1/studies/{study}/rounds/{number}/{what}"
+    if isinstance(msg, SignedMessage):
+        client.request("POST", path, content=msg.model_dump_json().encode())
+    else:
+        client.request("POST", path, content=msg, headers={"Content-Type": OCTET_STREAM})
 
 
 def _check_roster(
-    roster: SignedMessage, advert: SignedMessage, ref: RoundRef, **fixed: Any
+    roster: SignedMessage, advert: bytes, ref: RoundRef, **fixed: Any
 ) -> proto.VerifiedRoster:
     return proto.check_roster(roster, my_advert=advert, ref=ref, **fixed)
 
@@ -225,7 +230,7 @@ def run_secure_round(
                     proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
                     noisy=noisy,
                 )
-                masked = files.message(f"attempt-{st.attempt}.masked.json", make)
+                masked = files.frame(f"attempt-{st.attempt}.masked", make)
                 _post(client, study, number, "masked", masked)
                 if stop_after == "masked":
                     return {"stopped_after": "masked", "round": number}
@@ -238,12 +243,19 @@ def run_secure_round(
                     me=name,
                     identity=identity,
                     secrets=secrets,
-                    inbox=st.inbox,
                     coordinator_key=coordinator,
                     params=params,
                     unmasked_attempt=files.unmasked(),
                     record=files.record_unmasked,
                 )
                 _post(client, study, number, "unmask", answer)
+            elif st.status == "recover" and "unmask" in st.done and "shares" not in st.done:
+                assert st.roster is not None and st.request is not None
+                shares = proto.answer_recover(
+                    st.request, check(st.roster, advert, ref), me=name, identity=identity,
+                    secrets=secrets, inbox=st.inbox, coordinator_key=coordinator,
+                    unmasked_attempt=files.unmasked(),
+                )
+                _post(client, study, number, "shares", shares)
             else:
                 time.sleep(poll)

@@ -9,6 +9,7 @@ from common.config import StudyConfig
 from common.secagg import participant as proto
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.schemas import RoundState
+from common.secagg.wire import OCTET_STREAM
 from common.signing import SignedConfig, public_key_from_pem
 
 
@@ -38,13 +39,18 @@ class Hospital:
     def ref(self, st):
         return RoundRef(study_id=self.study, round=st.round, attempt=st.attempt)
 
-    def advert(self, st) -> SignedMessage:
+    def advert(self, st) -> bytes:
         secrets = self.secrets.setdefault(st.attempt, proto.RoundSecrets.generate())
         return proto.make_advert(self.ref(st), self.e.name, self.identity, secrets)
 
-    def send(self, what, st, msg, status=200):
-        r = self.post(f"/v1/studies/{self.study}/rounds/{st.round}/{what}",
-                      msg.model_dump(mode="json"))
+    def send(self, what, st, msg, status=200, content_type=OCTET_STREAM):
+        """POST a frame (bytes, as application/octet-stream) or a signed JSON message."""
+        path = f"/v1/studies/{self.study}/rounds/{st.round}/{what}"
+        if isinstance(msg, SignedMessage):
+            r = self.post(path, msg.model_dump(mode="json"))
+        else:
+            r = self.c.post(path, content=msg,
+                            headers={**self.e.headers, "Content-Type": content_type})
         assert r.status_code == status, r.text
         return r
 
@@ -55,18 +61,25 @@ class Hospital:
             config_digest=env.digest, modulus_bits=env.config.secure_modulus_bits(),
         )
 
-    def masked(self, st, env) -> SignedMessage:
+    def masked(self, st, env) -> bytes:
         return proto.mask_upload(self.roster(st, env), me=self.e.name, identity=self.identity,
                                  secrets=self.secrets[st.attempt], noisy=self.noisy)
 
-    def unmask(self, st, env) -> SignedMessage:
+    def unmask(self, st, env) -> bytes:
         def record(a):
             self.unmasked = a
 
         return proto.answer_unmask(
             st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
-            secrets=self.secrets[st.attempt], inbox=st.inbox, coordinator_key=env.key,
+            secrets=self.secrets[st.attempt], coordinator_key=env.key,
             params=env.config.aggregation, unmasked_attempt=self.unmasked, record=record,
+        )
+
+    def recover(self, st, env) -> SignedMessage:
+        return proto.answer_recover(
+            st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
+            secrets=self.secrets[st.attempt], inbox=st.inbox, coordinator_key=env.key,
+            unmasked_attempt=self.unmasked,
         )
 
 

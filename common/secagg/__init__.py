@@ -3,7 +3,8 @@
 Modules: :mod:`.params` (signed cohort parameters, h_min, threshold, word size),
 :mod:`.masks` (X25519 + HKDF seeds, ChaCha20 masks mod 2**k), :mod:`.shares` (Shamir shares of
 self-mask seeds, sealed per holder), :mod:`.keys` (per-attempt secrets, share-sealing keys),
-:mod:`.vector` (the summed vector: LSH tables, then the dense grid), :mod:`.messages` (signed
-round messages),
-:mod:`.participant` and :mod:`.server` (the two sides' checks and computations).
+:mod:`.vector` (the summed vector: LSH tables, then the dense grid), :mod:`.wire` (the binary
+frames every member sends: advert, masked, unmask), :mod:`.messages` (the signed JSON messages:
+roster, unmask and recover requests, shares answers), :mod:`.roster` (a roster read back and
+verified), :mod:`.participant` and :mod:`.server` (the two sides' checks and computations).
 """

@@ -1,17 +1,20 @@
 """Round messages of secure aggregation and their Ed25519 signatures.
 
-Every message is a :class:`SignedMessage`: the canonical JSON of a body and an Ed25519
-signature over ``b"fedod-secagg/<kind>/1\\x00" + payload``, so a signature made for one kind
-of message (or for a study config) never verifies as another. Participants sign with their
-long-term identity key (registered at enrolment); the coordinator signs rosters and unmask
-requests with its config key. Every body names study, round and attempt, so a message
-replayed into another round or attempt is refused by :func:`open_message`'s caller.
+The messages every member sends in every round are binary frames (:mod:`.wire`): advert,
+masked, unmask. The others are a :class:`SignedMessage`: the canonical JSON of a body and an
+Ed25519 signature over ``b"fedod-secagg/<kind>/1\\x00" + payload``, so a signature made for
+one kind of message (or for a study config) never verifies as another. Participants sign with
+their long-term identity key (registered at enrolment); the coordinator signs rosters and
+requests with its config key. Every body names study, round and attempt, so a message replayed
+into another round or attempt is refused by :func:`open_message`'s caller.
 
-    advert    participant -> all   per-attempt X25519 key, commitment to the self-mask seed
-    roster    coordinator -> all   the signed adverts of this attempt's cohort, k, threshold
-    masked    participant -> coord masked words + its self-seed shares sealed for each holder
+    advert    participant -> all   (frame) X25519 key of the attempt, commitment to b_u
+    roster    coordinator -> all   every member's identity key and advert frame, k, threshold
+    masked    participant -> coord (frame) masked words + b_u's shares sealed for each holder
     request   coordinator -> all   "every roster vector is in: unmask"
-    unmask    participant -> coord own self seed + the shares it holds of the others' seeds
+    unmask    participant -> coord (frame) its own self-mask seed b_u
+    recover   coordinator -> all   "these members sent vectors but not b_u: send your shares"
+    shares    participant -> coord the shares it holds of those members' seeds (only then)
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ __all__ = [
     "RoundRef",
     "AdvertBody",
     "RosterBody",
-    "MaskedBody",
+    "RosterMember",
     "RequestBody",
-    "UnmaskBody",
+    "RecoverBody",
+    "SharesBody",
     "sign_message",
     "open_message",
     "b64e",
@@ -44,7 +48,7 @@ __all__ = [
     "raw_ed25519",
 ]
 
-Kind = Literal["advert", "roster", "masked", "request", "unmask"]
+Kind = Literal["roster", "request", "recover", "shares"]
 B64 = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=64_000_000)]
 Name = Annotated[str, Field(min_length=1, max_length=64)]
 Body = TypeVar("Body", bound=BaseModel)
@@ -96,6 +100,8 @@ class RoundRef(_Model):
 
 
 class AdvertBody(RoundRef):
+    """An advert frame's fields, read from a roster (:func:`common.secagg.wire.open_advert`)."""
+
     participant: Name
     identity_key: B64 = Field(description="Raw Ed25519 identity public key (32 bytes).")
     round_key: B64 = Field(
@@ -105,18 +111,17 @@ class AdvertBody(RoundRef):
     seed_commitment: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of b_u.")
 
 
+class RosterMember(_Model):
+    participant: Name
+    identity_key: B64 = Field(description="The member's registered Ed25519 key (32 bytes).")
+    advert: B64 = Field(max_length=200, description="Its advert frame, as it sent it.")
+
+
 class RosterBody(RoundRef):
     config_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     modulus_bits: int = Field(strict=True, ge=2, le=64)
     threshold: int = Field(strict=True, ge=1)
-    members: list[SignedMessage] = Field(min_length=1, description="Adverts, sorted by name.")
-
-
-class MaskedBody(RoundRef):
-    participant: Name
-    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    words: B64 = Field(description="Masked words packed to exactly k bits each.")
-    shares: dict[str, B64] = Field(description="Holder name -> sealed share of b_u.")
+    members: list[RosterMember] = Field(min_length=1, description="Sorted by name.")
 
 
 class RequestBody(RoundRef):
@@ -124,11 +129,20 @@ class RequestBody(RoundRef):
     included: list[str] = Field(description="Members whose masked vectors are in the sum.")
 
 
-class UnmaskBody(RoundRef):
+class RecoverBody(RoundRef):
+    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    missing: list[str] = Field(
+        min_length=1, description="Members that sent a masked vector but not their self seed."
+    )
+
+
+class SharesBody(RoundRef):
     participant: Name
     roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    self_seed: B64
-    shares: dict[str, B64] = Field(description="Owner name -> this holder's share of b_owner.")
+    shares: dict[str, B64] = Field(
+        description="Missing member -> this holder's 16-byte share of its seed (the share's "
+        "index is the holder's roster position + 1)."
+    )
 
 
 def _context(kind: str) -> bytes:

@@ -1,19 +1,19 @@
 """The participant's side of a secure aggregation round (pure: no I/O, no clock).
 
 The agent (``participant/secagg_round.py``) calls, in order: :func:`make_advert`,
-:func:`check_roster`, :func:`mask_upload`, :func:`answer_unmask`. Each check refuses what an
-honest participant must never accept: a forged or foreign signature, a message of another
-study / round / attempt (replay or reordering), a roster whose size is outside the signed
-cohort parameters ``[n - D, n]`` or that does not carry this participant's own advert
-unchanged, and an unmask request that would reveal a partial sum, a sum over fewer than
-``h_min`` participants, or this participant's noisy vector in a second attempt.
+:func:`check_roster`, :func:`mask_upload`, :func:`answer_unmask`, and, only if members were lost
+after masking, :func:`answer_recover`. Each check refuses what an honest participant must never
+accept: a forged or foreign signature, a message of another study / round / attempt (replay or
+reordering), a roster whose size is outside the signed cohort parameters ``[n - D, n]`` or that
+does not carry this participant's own advert unchanged, and an unmask request that would reveal
+a partial sum, a sum over fewer than ``h_min`` participants, or this participant's noisy vector
+in a second attempt. Shares of other members' seeds are revealed only for members named in a
+signed recover request of the very attempt this participant helped unmask.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -23,22 +23,22 @@ from numpy.typing import NDArray
 from common.secagg.keys import RoundSecrets, raw_public, share_aad, share_key
 from common.secagg.masks import apply_masks, pack_words, pair_seed, to_words
 from common.secagg.messages import (
-    AdvertBody,
-    MaskedBody,
+    RecoverBody,
     RequestBody,
     RosterBody,
     RoundRef,
     RoundRefused,
+    SharesBody,
     SignedMessage,
-    UnmaskBody,
     b64d,
     b64e,
     open_message,
-    raw_ed25519,
     sign_message,
 )
 from common.secagg.params import AggregationParams
+from common.secagg.roster import VerifiedRoster, read_members
 from common.secagg.shares import ShareOpenError, open_share, seal_share, split_seed
+from common.secagg.wire import make_advert_frame, sign_frame
 
 __all__ = [
     "RoundSecrets",
@@ -47,34 +47,17 @@ __all__ = [
     "check_roster",
     "mask_upload",
     "answer_unmask",
+    "answer_recover",
     "share_key",
     "raw_public",
 ]
 
-@dataclass(frozen=True)
-class VerifiedRoster:
-    """A roster whose every signature and size has been checked."""
-
-    body: RosterBody
-    digest: str
-    members: dict[str, AdvertBody]
-
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.members)
-
 
 def make_advert(
     ref: RoundRef, name: str, identity: Ed25519PrivateKey, secrets: RoundSecrets
-) -> SignedMessage:
-    body = AdvertBody(
-        **ref.ref().model_dump(),
-        participant=name,
-        identity_key=b64e(raw_public(identity)),
-        round_key=b64e(raw_public(secrets.round_key)),
-        seed_commitment=hashlib.sha256(secrets.self_seed).hexdigest(),
-    )
-    return sign_message("advert", body, identity)
+) -> bytes:
+    """The advert frame: this attempt's X25519 key and a commitment to b_u (deterministic)."""
+    return make_advert_frame(ref, name, identity, raw_public(secrets.round_key), secrets.self_seed)
 
 
 def _same_ref(body: RoundRef, ref: RoundRef, what: str) -> None:
@@ -106,23 +89,14 @@ def verify_roster(
             f"roster has {len(body.members)} members; the signed config allows "
             f"{params.min_roster} to {n} (n - dropouts to n)"
         )
-    members: dict[str, AdvertBody] = {}
-    for advert in body.members:
-        claimed = AdvertBody.model_validate_json(advert.payload)
-        opened = open_message(advert, "advert", AdvertBody, raw_ed25519(claimed.identity_key))
-        _same_ref(opened, ref, f"advert of {opened.participant}")
-        members[opened.participant] = opened
-    keys = [m.identity_key for m in members.values()] + [m.round_key for m in members.values()]
-    if len(members) != len(body.members) or len(set(keys)) != len(keys):
-        raise RoundRefused("roster repeats a member or a key")
-    return VerifiedRoster(body, signed.digest(), members)
+    return VerifiedRoster(body, signed.digest(), read_members(body))
 
 
 def check_roster(
     signed: SignedMessage,
     *,
     me: str,
-    my_advert: SignedMessage,
+    my_advert: bytes,
     coordinator_key: Ed25519PublicKey,
     ref: RoundRef,
     params: AggregationParams,
@@ -138,7 +112,8 @@ def check_roster(
         config_digest=config_digest,
         modulus_bits=modulus_bits,
     )
-    if my_advert not in roster.body.members:
+    mine = [m for m in roster.body.members if m.participant == me]
+    if not mine or mine[0].advert != b64e(my_advert):
         raise RoundRefused(f"roster does not carry {me}'s advert as {me} sent it")
     return roster
 
@@ -150,14 +125,13 @@ def mask_upload(
     identity: Ed25519PrivateKey,
     secrets: RoundSecrets,
     noisy: NDArray[np.int64],
-) -> SignedMessage:
-    """Mask ``noisy`` (counts + noise share) and seal b_u's shares for the other members."""
+) -> bytes:
+    """The masked frame: ``noisy`` (counts + noise share) masked, and b_u's shares sealed for
+    the other members (roster order)."""
     body, k = roster.body, roster.body.modulus_bits
     mine = roster.members[me]
     seeds: list[tuple[int, bytes]] = []
-    for name in roster.names:
-        if name == me:
-            continue
+    for name in roster.holders(me):
         peer = roster.members[name]
         seed = pair_seed(
             secrets.round_key,
@@ -169,26 +143,17 @@ def mask_upload(
         )
         seeds.append((1 if me < name else -1, seed))
     words = apply_masks(to_words(np.asarray(noisy, dtype=np.int64), k), secrets.self_seed, seeds, k)
-    shares = split_seed(secrets.self_seed, body.threshold, len(roster.names))
-    sealed = {
-        name: b64e(
-            seal_share(
-                share_key(secrets.round_key, roster.members[name], mine, body.round_id),
-                share,
-                share_aad(body.round_id, me, name),
-            )
+    shares = dict(zip(roster.names, split_seed(secrets.self_seed, body.threshold,
+                                                len(roster.names)), strict=True))
+    sealed = b"".join(
+        seal_share(
+            share_key(secrets.round_key, roster.members[name], mine, body.round_id),
+            shares[name][1:],  # the index byte is the holder's position: not sent
+            share_aad(body.round_id, me, name),
         )
-        for name, share in zip(roster.names, shares, strict=True)
-        if name != me
-    }
-    masked = MaskedBody(
-        **body.ref().model_dump(),
-        participant=me,
-        roster_digest=roster.digest,
-        words=b64e(pack_words(words, k)),
-        shares=sealed,
+        for name in roster.holders(me)
     )
-    return sign_message("masked", masked, identity)
+    return sign_frame("masked", body, me, pack_words(words, k) + sealed, identity, roster.digest)
 
 
 def answer_unmask(
@@ -198,13 +163,12 @@ def answer_unmask(
     me: str,
     identity: Ed25519PrivateKey,
     secrets: RoundSecrets,
-    inbox: dict[str, str],
     coordinator_key: Ed25519PublicKey,
     params: AggregationParams,
     unmasked_attempt: int | None,
     record: Callable[[int], None],
-) -> SignedMessage:
-    """Answer an unmask request, or refuse it.
+) -> bytes:
+    """Answer an unmask request with b_u (the unmask frame), or refuse it.
 
     ``unmasked_attempt`` is the attempt of this round that this participant already helped
     unmask (from its durable state); ``record(attempt)`` must persist the new one durably and
@@ -227,13 +191,42 @@ def answer_unmask(
             f"this participant's noisy vector was already unmasked in attempt "
             f"{unmasked_attempt} of round {request.round}; it never enters a second sum"
         )
+    record(request.attempt)
+    return sign_frame("unmask", request, me, secrets.self_seed, identity, roster.digest)
+
+
+def answer_recover(
+    signed: SignedMessage,
+    roster: VerifiedRoster,
+    *,
+    me: str,
+    identity: Ed25519PrivateKey,
+    secrets: RoundSecrets,
+    inbox: dict[str, str],
+    coordinator_key: Ed25519PublicKey,
+    unmasked_attempt: int | None,
+) -> SignedMessage:
+    """The shares this member holds of the seeds of members lost after masking.
+
+    Only for the attempt this member itself helped unmask (so a recovered seed can only
+    complete the one sum it agreed to), and only for roster members other than itself."""
+    request = open_message(signed, "recover", RecoverBody, coordinator_key)
+    _same_ref(request, roster.body, "recover request")
+    if request.roster_digest != roster.digest:
+        raise RoundRefused("recover request names another roster")
+    if unmasked_attempt != request.attempt:
+        raise RoundRefused(
+            f"{me} did not answer the unmask request of attempt {request.attempt}: it reveals "
+            "no shares for it"
+        )
+    missing = set(request.missing)
+    if me in missing or not missing <= set(roster.names):
+        raise RoundRefused("recover request names members outside the roster, or me")
     mine = roster.members[me]
     held: dict[str, str] = {}
-    for owner in roster.names:
-        if owner == me:
-            continue
+    for owner in sorted(missing):
         if owner not in inbox:
-            raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot unmask")
+            raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot recover it")
         key = share_key(secrets.round_key, roster.members[owner], mine, request.round_id)
         try:
             share = open_share(key, b64d(inbox[owner]), share_aad(request.round_id, owner, me))
@@ -243,12 +236,7 @@ def answer_unmask(
                 f"{request.round_id}: altered, replayed or misrouted"
             ) from exc
         held[owner] = b64e(share)
-    record(request.attempt)
-    body = UnmaskBody(
-        **request.ref().model_dump(),
-        participant=me,
-        roster_digest=roster.digest,
-        self_seed=b64e(secrets.self_seed),
-        shares=held,
+    body = SharesBody(
+        **request.ref().model_dump(), participant=me, roster_digest=roster.digest, shares=held
     )
-    return sign_message("unmask", body, identity)
+    return sign_message("shares", body, identity)

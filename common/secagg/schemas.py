@@ -11,7 +11,9 @@ from common.secagg.messages import B64, SignedMessage
 
 __all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus"]
 
-RoundStatus = Literal["keys", "masking", "unmask", "done", "restarted", "abandoned"]
+RoundStatus = Literal[
+    "keys", "masking", "unmask", "recover", "done", "restarted", "abandoned"
+]
 
 
 class IdentityKeyCreate(BaseModel):
@@ -39,13 +41,20 @@ class RoundPublic(BaseModel):
     cohort: int = Field(description="Roster size (members whose keys are in the roster).")
     masked: int = Field(description="Masked vectors received.")
     survivors: int = Field(description="Members that answered the unmask request.")
+    recovered_by: int = Field(
+        default=0, description="Shares answers received in the recover phase (members lost "
+        "after masking only)."
+    )
     detail: str | None = None
     created_at: datetime
     finished_at: datetime | None
 
 
 class RoundState(RoundPublic):
-    """What a member needs to take its next step (``inbox``: shares sealed for it).
+    """What a member needs to take its next step.
+
+    ``request`` is the unmask request, or in phase ``recover`` the recover request; ``inbox``
+    (recover phase only) holds the shares the lost members sealed for the caller.
 
     ``roster`` is left out (null) when the caller says it already holds the roster whose
     digest is ``roster_digest`` (``?known_roster=``): a roster is O(n) signed adverts, and a
@@ -57,4 +66,4 @@ class RoundState(RoundPublic):
     )
     request: SignedMessage | None = None
     inbox: dict[str, str] = Field(default_factory=dict)
-    done: list[Literal["advert", "masked", "unmask"]] = Field(default_factory=list)
+    done: list[Literal["advert", "masked", "unmask", "shares"]] = Field(default_factory=list)

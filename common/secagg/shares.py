@@ -2,11 +2,12 @@
 
 Shamir secret sharing over GF(2^128) from PyCryptodome (``Crypto.Protocol.SecretSharing``,
 16-byte secrets, as Flower uses): the seed is one 16-byte chunk, so a share is an index byte
-and 16 bytes. A share travels to its holder through the coordinator, encrypted with AES-SIV
-(RFC 5297, deterministic authenticated encryption: no nonce on the wire, and a repeated
-encryption can only repeat the same ciphertext) under a key from X25519 + HKDF between the two
-members' per-round keys; the associated data binds round, sender and recipient, so a share
-cannot be replayed into another round or to another holder.
+and 16 bytes. The index is the holder's roster position + 1, which both ends know, so only the
+16 bytes travel (32 bytes sealed). A share travels to its holder through the coordinator,
+encrypted with AES-SIV (RFC 5297, deterministic authenticated encryption: no nonce on the
+wire, and a repeated encryption can only repeat the same ciphertext) under a key from X25519 +
+HKDF between the two members' per-round keys; the associated data binds round, sender and
+recipient, so a share cannot be replayed into another round or to another holder.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def combine_seed(shares: list[bytes], threshold: int) -> bytes:
 
 
 def seal_share(key: bytes, share: bytes, aad: bytes) -> bytes:
-    """AES-SIV(share) with ``aad`` bound: 16-byte synthetic IV + ciphertext."""
+    """AES-SIV(share) with ``aad`` bound: 16-byte synthetic IV + ciphertext (32 bytes for the
+    16 bytes of a share without its index)."""
     return AESSIV(key).encrypt(share, [aad])
 
 

@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from numpy.typing import NDArray
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, Conflict, InvalidInput
-from common.secagg.messages import SignedMessage, b64d
-from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant
+from common.secagg.messages import RecoverBody, SignedMessage, b64d, b64e
+from common.secagg.vector import split_secure_sum
+from common.secagg.wire import frame_digest
+from coordinator.models import (
+    Aggregate,
+    AggregateSnapshot,
+    Contribution,
+    LedgerEntry,
+    Participant,
+    utcnow,
+)
 from coordinator.round_models import IdentityKey, Round, RoundMessage
 
 
@@ -64,33 +75,35 @@ def expected(rnd: Round) -> list[str]:
     return names
 
 
-def messages(session: Session, rnd: Round, kind: str) -> dict[str, SignedMessage]:
+def messages(session: Session, rnd: Round, kind: str) -> dict[str, str]:
+    """Name -> the stored message: base64 of a frame (advert, masked, unmask) or the JSON of a
+    signed message (shares)."""
     rows = session.execute(
         select(Participant.name, RoundMessage.payload)
         .join(Participant, Participant.id == RoundMessage.participant_id)
         .where(RoundMessage.round_id == rnd.id, RoundMessage.kind == kind)
     )
-    return {name: SignedMessage.model_validate_json(p) for name, p in rows}
+    return {name: p for name, p in rows}
 
 
 def counts(session: Session, rnd: Round) -> dict[str, int]:
     rows = session.execute(
         select(RoundMessage.kind).where(RoundMessage.round_id == rnd.id)
     ).scalars()
-    out = {"advert": 0, "masked": 0, "unmask": 0}
+    out = {"advert": 0, "masked": 0, "unmask": 0, "shares": 0}
     for kind in rows:
         out[kind] += 1
     return out
 
 
 def stored_message(
-    session: Session, rnd: Round, participant: Participant, kind: str, signed: SignedMessage
+    session: Session, rnd: Round, participant: Participant, kind: str, payload: str
 ) -> bool:
     """True if this exact message is already stored (a retry); 409 if a different one is."""
     row = session.get(RoundMessage, (rnd.id, participant.id, kind))
     if row is None:
         return False
-    if row.payload != signed.model_dump_json():
+    if row.payload != payload:
         raise Conflict(
             f"{participant.name!r} already sent a different {kind} message in round "
             f"{rnd.number} attempt {rnd.attempt}"
@@ -99,20 +112,20 @@ def stored_message(
 
 
 def store_message(
-    session: Session, rnd: Round, participant: Participant, kind: str, signed: SignedMessage
+    session: Session, rnd: Round, participant: Participant, kind: str, payload: str
 ) -> None:
     session.add(
         RoundMessage(
             round_id=rnd.id,
             participant_id=participant.id,
             kind=kind,
-            payload=signed.model_dump_json(),
+            payload=payload,
         )
     )
 
 
 def charge_release(
-    session: Session, participant: Participant, rnd: Round, config: StudyConfig, body: str
+    session: Session, participant: Participant, rnd: Round, config: StudyConfig, frame: bytes
 ) -> None:
     """Charge one release per (participant, study, round), within the caller's transaction."""
     key = f"secagg:{rnd.study_id}:{rnd.number}"
@@ -141,11 +154,11 @@ def charge_release(
         study_id=rnd.study_id,
         participant_id=locked.id,
         idempotency_key=key,
-        request_sha256=SignedMessage.model_validate_json(body).digest(),
+        request_sha256=frame_digest(frame),
         config_version=config.version,
         eps_units=eps,
         delta_units=delta,
-        lsh_payload=body,
+        lsh_payload=b64e(frame),
         grid_payload=None,
         model_version=aggregate.version if aggregate else 0,
     )
@@ -163,3 +176,45 @@ def charge_release(
     )
     locked.eps_spent += eps
     locked.delta_spent += delta
+
+
+def participant_by_name(session: Session, name: str) -> Participant:
+    found = session.scalar(select(Participant).where(Participant.name == name))
+    assert found is not None
+    return found
+
+
+def identity_by_name(session: Session, name: str) -> Ed25519PublicKey:
+    return identity_of(session, participant_by_name(session, name))
+
+
+def missing_members(rnd: Round) -> list[str]:
+    """The members a recover request names (recover phase)."""
+    assert rnd.request is not None
+    payload = SignedMessage.model_validate_json(rnd.request).payload
+    return RecoverBody.model_validate_json(payload).missing
+
+
+def replace_model(
+    session: Session, study_id: str, config: StudyConfig, total: NDArray[np.int64], members: int
+) -> None:
+    """The revealed sum replaces the study's model (a secure study takes no /contributions to
+    fold); the version moves on and ``contributors`` is the roster size."""
+    aggregate = session.scalar(
+        select(Aggregate)
+        .where(Aggregate.study_id == study_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    snapshot = session.scalar(
+        select(AggregateSnapshot).where(AggregateSnapshot.study_id == study_id).with_for_update()
+    )
+    assert aggregate is not None and snapshot is not None
+    aggregate.version += 1
+    aggregate.contributors = members
+    lsh, grid = split_secure_sum(config, total)
+    snapshot.lsh_sum = lsh.astype("<i8").tobytes()
+    if grid is not None:
+        snapshot.grid_indices, snapshot.grid_values = None, grid.astype("<i8").tobytes()
+    snapshot.version, snapshot.contributors = aggregate.version, aggregate.contributors
+    aggregate.updated_at = utcnow()

@@ -3,7 +3,12 @@
     keys ──(every expected advert, or admin advance with >= n - D)──► masking
     masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
     masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
-    unmask ──(admin advance: >= threshold answers)──► done; fewer ──► abandoned
+    unmask ──(admin advance: >= threshold answers)──► recover; fewer ──► abandoned
+    recover ──(shares from every answerer, or admin advance)──► done, or abandoned when some
+               lost member's seed has fewer than threshold shares
+
+The members' own messages are binary frames (:mod:`common.secagg.wire`), stored as base64;
+the shares answers of the recover phase (off the normal path) are signed JSON.
 
 Every message takes the lock of its round row, so transitions are exact with any number of
 workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
@@ -12,35 +17,33 @@ from a clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
-import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
 from common.errors import Conflict, NotFound
 from common.secagg import server
-from common.secagg.masks import unpack_words
 from common.secagg.messages import (
-    MaskedBody,
     RoundRef,
     RoundRefused,
     SignedMessage,
     b64d,
+    b64e,
 )
 from common.secagg.params import AggregationParams
-from common.secagg.participant import VerifiedRoster
-from common.secagg.vector import split_secure_sum
+from common.secagg.roster import VerifiedRoster
 from coordinator.keys import KeyStore
-from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
+from coordinator.models import Member, Participant, Study, utcnow
 from coordinator.round_models import Round
 from coordinator.services import round_store as store
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.rounds")
-OPEN = ("keys", "masking", "unmask")
+OPEN = ("keys", "masking", "unmask", "recover")
 
 
 def _secure(study: Study) -> tuple[StudyConfig, AggregationParams]:
@@ -132,13 +135,16 @@ def _finish(session: Session, rnd: Round, status: str, detail: str | None = None
 
 def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, params = _secure(study)
-    adverts = store.messages(session, rnd, "advert")
+    adverts = {
+        name: (store.identity_of(session, store.participant_by_name(session, name)), b64d(frame))
+        for name, frame in store.messages(session, rnd, "advert").items()
+    }
     if len(adverts) < params.min_roster:
         _finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
         return
     roster = server.build_roster(
         _ref(rnd),
-        list(adverts.values()),
+        adverts,
         config_digest=study.config_digest,
         modulus_bits=config.secure_modulus_bits(),
         threshold=params.threshold,
@@ -147,64 +153,38 @@ def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None
     rnd.roster, rnd.status = roster.model_dump_json(), "masking"
 
 
-def _masked_words(session: Session, rnd: Round, n_cells: int, k: int) -> dict[str, np.ndarray]:
-    out = {}
-    for name, signed in store.messages(session, rnd, "masked").items():
-        body = MaskedBody.model_validate_json(signed.payload)
-        out[name] = unpack_words(b64d(body.words), n_cells, k)
-    return out
-
-
 def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, _ = _secure(study)
     roster = _roster(rnd, keys)
-    answers = {
-        name: server.accept_unmask(
-            signed,
-            roster,
-            name=name,
-            identity=store.identity_of(session, _participant(session, name)),
-        )
-        for name, signed in store.messages(session, rnd, "unmask").items()
+    who = functools.partial(store.identity_by_name, session)
+    seeds = {
+        name: server.accept_unmask(b64d(frame), roster, name=name, identity=who(name))
+        for name, frame in store.messages(session, rnd, "unmask").items()
     }
-    words = _masked_words(session, rnd, config.secure_cells, roster.body.modulus_bits)
+    shares = {
+        name: server.accept_shares(SignedMessage.model_validate_json(signed), roster, name=name,
+                                   identity=who(name), missing=store.missing_members(rnd))
+        for name, signed in store.messages(session, rnd, "shares").items()
+    }
+    words = {
+        name: server.accept_masked(b64d(frame), roster, name=name, identity=who(name),
+                                   n_cells=config.secure_cells)
+        for name, frame in store.messages(session, rnd, "masked").items()
+    }
     try:
-        total = server.reveal_sum(roster, words, answers)
+        total = server.reveal_sum(roster, words, seeds, shares)
     except RoundRefused as exc:
         _finish(session, rnd, "abandoned", exc.message)
         return
-    aggregate = session.scalar(
-        select(Aggregate)
-        .where(Aggregate.study_id == study.id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    snapshot = session.scalar(
-        select(AggregateSnapshot).where(AggregateSnapshot.study_id == study.id).with_for_update()
-    )
-    assert aggregate is not None and snapshot is not None
-    aggregate.version += 1
-    aggregate.contributors = len(roster.names)
-    # the revealed sum replaces the model (a secure study takes no /contributions to fold)
-    lsh, grid = split_secure_sum(config, total)
-    snapshot.lsh_sum = lsh.astype("<i8").tobytes()
-    if grid is not None:
-        snapshot.grid_indices, snapshot.grid_values = None, grid.astype("<i8").tobytes()
-    snapshot.version, snapshot.contributors = aggregate.version, aggregate.contributors
-    aggregate.updated_at = utcnow()
-    _finish(session, rnd, "done", f"{len(answers)} of {len(roster.names)} answered the unmask")
-
-
-def _participant(session: Session, name: str) -> Participant:
-    found = session.scalar(select(Participant).where(Participant.name == name))
-    assert found is not None
-    return found
+    store.replace_model(session, study.id, config, total, len(roster.names))
+    _finish(session, rnd, "done", f"{len(seeds)} of {len(roster.names)} answered the unmask")
 
 
 STEPS: dict[str, tuple[str, str]] = {
     "keys": ("keys", "advert"),
     "masked": ("masking", "masked"),
     "unmask": ("unmask", "unmask"),
+    "shares": ("recover", "shares"),
 }
 """Route step -> (the phase it belongs to, the message kind stored)."""
 
@@ -216,30 +196,40 @@ def post_message(
     participant: Participant,
     number: int,
     step: str,
-    signed: SignedMessage,
+    message: bytes | SignedMessage,
 ) -> Round:
-    """Check one member's message against the open attempt, store it (a masked vector is
-    charged to the member's ledger in the same transaction), then move the round on when
-    every member has sent this kind of message."""
+    """Check one member's message (a frame, or for ``shares`` a signed JSON message) against
+    the open attempt, store it (a masked vector is charged to the member's ledger in the same
+    transaction), then move the round on when every member has sent this kind of message."""
     phase, kind = STEPS[step]
     config, _ = _secure(study)
     identity = store.identity_of(session, participant)
     rnd = _locked(session, study, number, phase)
     name = participant.name
-    if kind == "advert":
-        if name not in store.expected(rnd):
-            raise RoundRefused(f"{name!r} is not in this attempt's cohort")
-        server.accept_advert(signed, ref=_ref(rnd), name=name, identity=identity)
-    elif kind == "masked":
-        server.accept_masked(
-            signed, _roster(rnd, keys), name=name, identity=identity, n_cells=config.secure_cells
-        )
+    if isinstance(message, SignedMessage):
+        if kind != "shares" or name not in store.messages(session, rnd, "unmask"):
+            raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")
+        server.accept_shares(message, _roster(rnd, keys), name=name, identity=identity,
+                             missing=store.missing_members(rnd))
+        payload = message.model_dump_json()
     else:
-        server.accept_unmask(signed, _roster(rnd, keys), name=name, identity=identity)
-    if not store.stored_message(session, rnd, participant, kind, signed):
+        if kind == "advert":
+            if name not in store.expected(rnd):
+                raise RoundRefused(f"{name!r} is not in this attempt's cohort")
+            server.accept_advert(message, ref=_ref(rnd), name=name, identity=identity)
+        elif kind == "masked":
+            server.accept_masked(message, _roster(rnd, keys), name=name, identity=identity,
+                                 n_cells=config.secure_cells)
+        elif kind == "unmask":
+            server.accept_unmask(message, _roster(rnd, keys), name=name, identity=identity)
+        else:
+            raise RoundRefused("a shares answer is signed JSON, not a frame")
+        payload = b64e(message)
+    if not store.stored_message(session, rnd, participant, kind, payload):
         if kind == "masked":
-            store.charge_release(session, participant, rnd, config, signed.model_dump_json())
-        store.store_message(session, rnd, participant, kind, signed)
+            assert isinstance(message, bytes)
+            store.charge_release(session, participant, rnd, config, message)
+        store.store_message(session, rnd, participant, kind, payload)
         session.flush()
         _move_on(session, keys, study, rnd, kind)
     session.commit()
@@ -253,6 +243,10 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
             _publish(session, keys, study, rnd)
         return
     roster = _roster(rnd, keys)
+    if kind == "shares":
+        if received == sorted(store.messages(session, rnd, "unmask")):
+            _reveal(session, keys, study, rnd)
+        return
     if received != roster.names:
         return
     if kind == "masked":
@@ -290,7 +284,23 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
                     expected=json.dumps(masked),
                 )
             )
+    elif rnd.status == "unmask":
+        _recover(session, keys, rnd, params)
     else:
         _reveal(session, keys, study, rnd)
     session.commit()
     return current(session, study.id)
+
+
+def _recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationParams) -> None:
+    """Unmask phase declared over: ask the members that answered for their shares of the seeds
+    of those that did not (abandon if fewer than the threshold answered)."""
+    roster = _roster(rnd, keys)
+    answered = store.messages(session, rnd, "unmask")
+    if len(answered) < params.threshold:
+        _finish(session, rnd, "abandoned",
+                f"{len(answered)} unmask answers, the threshold is {params.threshold}")
+        return
+    missing = [n for n in roster.names if n not in answered]
+    rnd.request = server.build_recover(roster, missing, keys.private_key()).model_dump_json()
+    rnd.status = "recover"

@@ -12,10 +12,13 @@ round in process with the real protocol code (``common.secagg``) and the real no
 - participant CPU per release (``time.process_time``): noise share + advert + roster check +
   masking + unmask answer, against the independent release (OpenDP discrete Laplace + encoding);
   target < 1 s for m = 100, n = 20;
-- bytes per participant: request bodies sent and the minimal responses read (one round-state
-  read per phase: roster, then unmask request with the sealed shares, the roster left out
-  because the member holds it), against the independent release body; target within 1.2x;
-- round trips per release (HTTP requests of the protocol, without polling).
+- bytes per participant: request bodies sent (binary frames, ``common.secagg.wire``) and
+  the minimal responses read (one round-state read per phase: roster, then the unmask request,
+  the roster left out because the member holds it), against the independent release body
+  (the JSON a participant POSTs today); target within 1.2x;
+- round trips per release (HTTP requests of the protocol, without polling);
+- what a survivor adds only when members are lost after masking (recover phase: the recover
+  state with the shares sealed for it, and its shares answer), for two members lost.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from common.release import release_lsh_counts  # noqa: E402
 from common.schemas import ContributionCreate  # noqa: E402
 from common.secagg import participant as p  # noqa: E402
 from common.secagg import server as s  # noqa: E402
-from common.secagg.messages import RoundRef  # noqa: E402
+from common.secagg.messages import RoundRef, b64e  # noqa: E402
 from common.secagg.params import AggregationParams  # noqa: E402
 from common.secagg.schemas import RoundState  # noqa: E402
 
@@ -78,7 +81,8 @@ def main() -> None:
     independent_cpu = time.process_time() - t0
 
     adverts = {name: p.make_advert(ref, name, ids[name], secrets[name]) for name in counts}
-    roster_msg = s.build_roster(ref, list(adverts.values()), config_digest="c" * 64,
+    roster_msg = s.build_roster(ref, {n: (ids[n].public_key(), a) for n, a in adverts.items()},
+                                config_digest="c" * 64,
                                 modulus_bits=k, threshold=params.threshold, key=coordinator)
     noisy = {}
     uploads = {}
@@ -101,20 +105,15 @@ def main() -> None:
                                       identity=ids[name].public_key(), n_cells=cells)
                 for name, up in uploads.items()}
     request = s.build_request(sroster, list(counts), coordinator)
-    inbox = {o: b.shares[me] for o, (b, _) in accepted.items() if o != me}
     t0 = time.process_time()
     answer = p.answer_unmask(request, p.check_roster(
         roster_msg, me=me, my_advert=adverts[me], coordinator_key=coordinator.public_key(),
         ref=ref, params=params, config_digest="c" * 64, modulus_bits=k),
-        me=me, identity=ids[me], secrets=secrets[me], inbox=inbox,
+        me=me, identity=ids[me], secrets=secrets[me],
         coordinator_key=coordinator.public_key(), params=params, unmasked_attempt=None,
         record=lambda a: None)
     cpu["unmask"] = time.process_time() - t0
-    answers = {}
-    for name in counts:
-        if name == me:
-            answers[name] = s.accept_unmask(answer, sroster, name=me, identity=ids[me].public_key())
-    total = None
+    answers = {me: s.accept_unmask(answer, sroster, name=me, identity=ids[me].public_key())}
     t0 = time.process_time()
     for name in counts:  # the others answer too (coordinator side, for the check below)
         if name != me:
@@ -123,25 +122,37 @@ def main() -> None:
                                 params=params, config_digest="c" * 64, modulus_bits=k)
             ans = p.answer_unmask(request, rs, me=name, identity=ids[name],
                                   secrets=secrets[name],
-                                  inbox={o: b.shares[name] for o, (b, _) in accepted.items()
-                                         if o != name},
                                   coordinator_key=coordinator.public_key(), params=params,
                                   unmasked_attempt=None, record=lambda a: None)
             answers[name] = s.accept_unmask(ans, sroster, name=name,
                                             identity=ids[name].public_key())
-    total = s.reveal_sum(sroster, {n_: w for n_, (_, w) in accepted.items()}, answers)
+    total = s.reveal_sum(sroster, accepted, answers)
     coordinator_cpu = time.process_time() - t0
     assert np.array_equal(total, sum(noisy.values())), "masks did not cancel"
+
+    # recover phase (only when members are lost after masking): two lost, me a survivor
+    lost = [n_ for n_ in counts if n_ != me][-2:]
+    recover = s.build_recover(sroster, lost, coordinator)
+    inbox = {o: b64e(s.sealed_share(uploads[o], sroster, owner=o, holder=me, n_cells=cells))
+             for o in lost}
+    mine = p.answer_recover(recover, sroster, me=me, identity=ids[me], secrets=secrets[me],
+                            inbox=inbox, coordinator_key=coordinator.public_key(),
+                            unmasked_attempt=1)
+    s.accept_shares(mine, sroster, name=me, identity=ids[me].public_key(), missing=lost)
 
     base = dict(study_id="bench", round=1, attempt=1, status="masking", expected=list(counts),
                 cohort=n, masked=0, survivors=0, created_at="2026-01-01T00:00:00Z",
                 finished_at=None)
     state_roster = RoundState(**base, roster=roster_msg, done=["advert"]).model_dump_json()
     state_unmask = RoundState(**{**base, "status": "unmask"}, roster=None,  # already held
-                              roster_digest=roster_msg.digest(), request=request, inbox=inbox,
+                              roster_digest=roster_msg.digest(), request=request,
                               done=["advert", "masked"]).model_dump_json()
-    sent = [adverts[me].model_dump_json(), uploads[me].model_dump_json(), answer.model_dump_json()]
-    up_bytes = sum(len(x.encode()) for x in sent)
+    state_recover = RoundState(**{**base, "status": "recover"}, roster=None,
+                               roster_digest=roster_msg.digest(), request=recover, inbox=inbox,
+                               done=["advert", "masked", "unmask"]).model_dump_json()
+    recover_bytes = (len(state_recover), len(mine.model_dump_json()))
+    sent = [adverts[me], uploads[me], answer]
+    up_bytes = sum(len(x) for x in sent)
     down_bytes = len(state_roster.encode()) + len(state_unmask.encode())
     secure_cpu = sum(cpu.values())
 
@@ -160,7 +171,11 @@ def main() -> None:
           f"(roster state {len(state_roster)}, unmask state {len(state_unmask)}) | "
           f"{(up_bytes + down_bytes) / len(body):.2f}x |")
     print("| round trips per release | 1 (POST contribution) | 5 (POST keys, GET roster, "
-          "POST masked, GET request + shares, POST unmask) | 5x |")
+          "POST masked, GET request, POST unmask) | 5x |")
+    print(f"\nonly when members are lost after masking (recover phase; 2 lost): each survivor "
+          f"also reads {recover_bytes[0]} bytes (recover state with the shares sealed for it) "
+          f"and sends {recover_bytes[1]} (its shares of the lost members' seeds), 2 more round "
+          "trips")
     print(f"\ncoordinator CPU to check {n} answers and reveal the sum: "
           f"{coordinator_cpu * 1000:.0f} ms; target participant CPU < 1 s: "
           f"{'met' if secure_cpu < 1 else 'NOT met'}; bytes sent within 1.2x: "

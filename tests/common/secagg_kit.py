@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg import participant as p
 from common.secagg import server as s
-from common.secagg.messages import RoundRef, SignedMessage
+from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.params import AggregationParams
 
 DIGEST = "ab" * 32
@@ -20,7 +20,7 @@ class Member:
     name: str
     identity: Ed25519PrivateKey
     secrets: p.RoundSecrets
-    advert: SignedMessage
+    advert: bytes
     unmasked: int | None = None
     roster: p.VerifiedRoster | None = None
 
@@ -33,6 +33,7 @@ class Cohort:
     coordinator: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
     members: dict[str, Member] = field(default_factory=dict)
     roster: SignedMessage | None = None
+    uploads: dict[str, bytes] = field(default_factory=dict)
 
     @classmethod
     def make(cls, n: int, *, max_dropouts: int = 0, max_colluders: int = 1, k: int = 32, attempt=1):
@@ -57,7 +58,7 @@ class Cohort:
         names = sorted(self.members) if names is None else names
         self.roster = s.build_roster(
             self.ref,
-            [self.members[n].advert for n in names],
+            {n: (self.members[n].identity.public_key(), self.members[n].advert) for n in names},
             config_digest=DIGEST,
             modulus_bits=self.k,
             threshold=self.params.threshold,
@@ -79,7 +80,7 @@ class Cohort:
         )
         return m.roster
 
-    def mask(self, name: str, noisy) -> SignedMessage:
+    def mask(self, name: str, noisy) -> bytes:
         m = self.members[name]
         roster = m.roster or self.check(name)
         return p.mask_upload(
@@ -89,8 +90,10 @@ class Cohort:
     def server_roster(self) -> p.VerifiedRoster:
         return s.roster_of(self.roster, self.coordinator.public_key())
 
-    def accept(self, uploads: dict[str, SignedMessage], n_cells: int):
+    def accept(self, uploads: dict[str, bytes], n_cells: int):
+        """name -> the masked words the coordinator accepted (the frames are kept)."""
         roster = self.server_roster()
+        self.uploads, self.n_cells = dict(uploads), n_cells
         return {
             name: s.accept_masked(
                 up, roster, name=name, identity=self.members[name].identity.public_key(),
@@ -102,17 +105,32 @@ class Cohort:
     def request(self, included) -> SignedMessage:
         return s.build_request(self.server_roster(), list(included), self.coordinator)
 
-    def answer(self, name: str, request: SignedMessage, accepted) -> SignedMessage:
+    def answer(self, name: str, request: SignedMessage, accepted=None) -> bytes:
         m = self.members[name]
-        inbox = {o: body.shares[name] for o, (body, _) in accepted.items() if o != name}
 
         def record(attempt: int) -> None:
             m.unmasked = attempt
 
         return p.answer_unmask(
             request, m.roster or self.check(name), me=name, identity=m.identity,
-            secrets=m.secrets, inbox=inbox, coordinator_key=self.coordinator.public_key(),
+            secrets=m.secrets, coordinator_key=self.coordinator.public_key(),
             params=self.params, unmasked_attempt=m.unmasked, record=record,
+        )
+
+    def inbox(self, holder: str) -> dict[str, str]:
+        """What the coordinator forwards to ``holder`` in the recover phase."""
+        roster = self.server_roster()
+        return {
+            o: b64e(s.sealed_share(f, roster, owner=o, holder=holder, n_cells=self.n_cells))
+            for o, f in self.uploads.items() if o != holder
+        }
+
+    def recover(self, name: str, request: SignedMessage, inbox=None) -> SignedMessage:
+        m = self.members[name]
+        return p.answer_recover(
+            request, m.roster or self.check(name), me=name, identity=m.identity,
+            secrets=m.secrets, inbox=self.inbox(name) if inbox is None else inbox,
+            coordinator_key=self.coordinator.public_key(), unmasked_attempt=m.unmasked,
         )
 
     def run(self, vectors: dict[str, np.ndarray], responders=None) -> np.ndarray:
@@ -122,10 +140,20 @@ class Cohort:
         accepted = self.accept({n: self.mask(n, v) for n, v in vectors.items()}, n_cells)
         request = self.request(accepted)
         roster = self.server_roster()
-        answers = {}
-        for name in responders if responders is not None else sorted(vectors):
-            answers[name] = s.accept_unmask(
-                self.answer(name, request, accepted), roster, name=name,
-                identity=self.members[name].identity.public_key(),
-            )
-        return s.reveal_sum(roster, {n: w for n, (_, w) in accepted.items()}, answers)
+        names = responders if responders is not None else sorted(vectors)
+        seeds = {
+            name: s.accept_unmask(self.answer(name, request), roster, name=name,
+                                  identity=self.members[name].identity.public_key())
+            for name in names
+        }
+        missing = [n for n in roster.names if n not in seeds]
+        shares = {}
+        if missing:
+            recover = s.build_recover(roster, missing, self.coordinator)
+            shares = {
+                name: s.accept_shares(self.recover(name, recover), roster, name=name,
+                                      identity=self.members[name].identity.public_key(),
+                                      missing=missing)
+                for name in names
+            }
+        return s.reveal_sum(roster, accepted, seeds, shares)

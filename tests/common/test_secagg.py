@@ -12,7 +12,6 @@ from scipy import stats
 from secagg_kit import DIGEST, Cohort
 
 from common.errors import SignatureInvalid
-from common.secagg import participant as p
 from common.secagg import server as s
 from common.secagg.masks import (
     apply_masks,
@@ -31,6 +30,7 @@ from common.secagg.shares import (
     seal_share,
     split_seed,
 )
+from common.secagg.wire import make_advert_frame
 
 K = st.sampled_from([17, 19, 32, 63, 64])  # values below span 16 bits + sign
 
@@ -89,7 +89,7 @@ def test_masked_words_the_coordinator_holds_are_uniform(k):
     accepted = cohort.accept(
         {"h00": cohort.mask("h00", zeros), "h01": cohort.mask("h01", big)}, cells
     )
-    a, b = (accepted[n][1] for n in ("h00", "h01"))
+    a, b = (accepted[n] for n in ("h00", "h01"))
     top = np.uint64(k - 8)
     for words in (a, b):
         counts = np.bincount((words >> top).astype(np.int64), minlength=256)
@@ -113,11 +113,11 @@ def test_seed_shares_recover_with_threshold_and_not_below(threshold, holders):
         combine_seed(shares[: threshold - 1], threshold)
 
 
-def test_sealed_shares_are_33_bytes_deterministic_and_bound_to_round_and_holder():
-    key, share = bytes(range(64)), bytes([7]) + bytes(range(16))
+def test_sealed_shares_are_32_bytes_deterministic_and_bound_to_round_and_holder():
+    key, share = bytes(range(64)), bytes(range(16))  # the index byte is implicit
     aad = b"fedod-secagg/share/1\x00s1/1/1\x00h00\x00h01"
     sealed = seal_share(key, share, aad)
-    assert len(sealed) == 33 and seal_share(key, share, aad) == sealed  # a resend repeats it
+    assert len(sealed) == 32 and seal_share(key, share, aad) == sealed  # a resend repeats it
     assert open_share(key, sealed, aad) == share
     flipped = bytes([sealed[0] ^ 1]) + sealed[1:]
     for bad_key, bad, bad_aad in ((key, flipped, aad), (bytes(64), sealed, aad),
@@ -127,23 +127,44 @@ def test_sealed_shares_are_33_bytes_deterministic_and_bound_to_round_and_holder(
             open_share(bad_key, bad, bad_aad)
 
 
-def test_a_misrouted_or_altered_share_is_refused_before_anything_is_recorded():
-    cohort = Cohort.make(3)
+def test_a_misrouted_or_altered_share_is_refused_in_the_recover_phase():
+    cohort = Cohort.make(4, max_dropouts=1)
     cohort.publish()
     accepted = cohort.accept({n: cohort.mask(n, np.ones(2)) for n in cohort.members}, 2)
-    request = cohort.request(accepted)
-    m = cohort.members["h00"]
-    right = {o: body.shares["h00"] for o, (body, _) in accepted.items() if o != "h00"}
-    misrouted = {**right, "h01": accepted["h01"][0].shares["h02"]}  # meant for h02
-    swapped = {"h01": right["h02"], "h02": right["h01"]}
-    recorded: list[int] = []
+    cohort.answer("h00", cohort.request(accepted))
+    recover = s.build_recover(cohort.server_roster(), ["h01", "h02"], cohort.coordinator)
+    right = cohort.inbox("h00")
+    misrouted = {**right, "h01": cohort.inbox("h03")["h01"]}  # meant for h03
+    swapped = {**right, "h01": right["h02"], "h02": right["h01"]}
     for inbox in (misrouted, swapped):
         with pytest.raises(RoundRefused, match="does not authenticate for h00"):
-            p.answer_unmask(request, m.roster or cohort.check("h00"), me="h00",
-                            identity=m.identity, secrets=m.secrets, inbox=inbox,
-                            coordinator_key=cohort.coordinator.public_key(),
-                            params=cohort.params, unmasked_attempt=None, record=recorded.append)
-    assert recorded == []
+            cohort.recover("h00", recover, inbox)
+    answer = cohort.recover("h00", recover, right)
+    body = s.accept_shares(answer, cohort.server_roster(), name="h00", missing=["h01", "h02"],
+                           identity=cohort.members["h00"].identity.public_key())
+    assert sorted(body.shares) == ["h01", "h02"]  # only the missing members' shares leave
+
+
+def test_recover_is_answered_only_for_the_attempt_this_member_unmasked():
+    cohort = Cohort.make(4, max_dropouts=1)
+    cohort.publish()
+    accepted = cohort.accept({n: cohort.mask(n, np.ones(2)) for n in cohort.members}, 2)
+    roster = cohort.server_roster()
+    recover = s.build_recover(roster, ["h03"], cohort.coordinator)
+    with pytest.raises(RoundRefused, match="did not answer the unmask request of attempt 1"):
+        cohort.recover("h00", recover)  # h00 never agreed to reveal this sum
+    cohort.answer("h00", cohort.request(accepted))
+    with pytest.raises(RoundRefused, match="outside the roster, or me"):
+        cohort.recover("h00", s.build_recover(roster, ["h00", "h03"], cohort.coordinator))
+    with pytest.raises(SignatureInvalid):
+        cohort.recover("h00", s.build_recover(roster, ["h03"], Ed25519PrivateKey.generate()))
+    answer = cohort.recover("h00", recover)
+    with pytest.raises(RoundRefused, match="one share of each missing member"):
+        s.accept_shares(answer, roster, name="h00", missing=["h02", "h03"],
+                        identity=cohort.members["h00"].identity.public_key())
+    with pytest.raises(SignatureInvalid):
+        s.accept_shares(answer, roster, name="h00", missing=["h03"],
+                        identity=cohort.members["h01"].identity.public_key())
 
 
 def test_member_lost_after_masking_is_recovered_from_shares():
@@ -165,11 +186,15 @@ def test_sum_needs_every_roster_vector():
     cohort.publish()
     accepted = cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ["h00", "h01", "h02"]}, 3)
     with pytest.raises(RoundRefused, match="every roster member"):
-        s.reveal_sum(cohort.server_roster(), {n: w for n, (_, w) in accepted.items()}, {})
+        s.reveal_sum(cohort.server_roster(), accepted, {})
 
 
 def _forged(msg: SignedMessage) -> SignedMessage:
     return msg.model_copy(update={"payload": msg.payload.replace('"round":1', '"round":2')})
+
+
+def _flipped(frame: bytes, at: int = 20) -> bytes:
+    return frame[:at] + bytes([frame[at] ^ 1]) + frame[at + 1 :]
 
 
 def test_roster_checks_refuse_forgery_replay_and_padding():
@@ -198,19 +223,17 @@ def test_roster_checks_refuse_forgery_replay_and_padding():
         cohort.check("h00", cohort.publish(["h01", "h02", "h03"]))
 
 
-def test_roster_refuses_an_advert_signed_by_another_key():
+def test_roster_refuses_an_advert_signed_by_another_key_or_altered():
     cohort = Cohort.make(3)
     evil = cohort.members["h01"]
-    forged = sign_message("advert", _body(evil.advert), Ed25519PrivateKey.generate())
-    evil.advert = forged
-    with pytest.raises(SignatureInvalid, match="advert message: signature"):
+    genuine = evil.advert
+    evil.advert = make_advert_frame(cohort.ref, "h01", Ed25519PrivateKey.generate(),
+                                    bytes(32), bytes(16))
+    with pytest.raises(SignatureInvalid, match="advert frame of h01: signature"):
         cohort.check("h00", cohort.publish())
-
-
-def _body(msg: SignedMessage):
-    from common.secagg.messages import AdvertBody
-
-    return AdvertBody.model_validate_json(msg.payload)
+    evil.advert = _flipped(genuine)  # a round key swapped by whoever relays it
+    with pytest.raises(SignatureInvalid, match="advert frame of h01: signature"):
+        cohort.check("h00", cohort.publish())
 
 
 def test_coordinator_refuses_forged_replayed_and_misrouted_messages():
@@ -220,14 +243,14 @@ def test_coordinator_refuses_forged_replayed_and_misrouted_messages():
     with pytest.raises(SignatureInvalid):
         s.accept_advert(h0.advert, ref=cohort.ref, name="h00",
                         identity=cohort.members["h01"].identity.public_key())
-    with pytest.raises(RoundRefused, match="names 'h00' but was sent by 'h01'"):
+    with pytest.raises(SignatureInvalid, match="another sender"):  # h00's advert posted as h01
         s.accept_advert(h0.advert, ref=cohort.ref, name="h01", identity=h0.identity.public_key())
     with pytest.raises(RoundRefused, match="open attempt is s1/1/2"):
         s.accept_advert(h0.advert, ref=RoundRef(study_id="s1", round=1, attempt=2),
                         name="h00", identity=h0.identity.public_key())
     upload = cohort.mask("h00", np.ones(4))
     with pytest.raises(SignatureInvalid):
-        cohort.accept({"h00": _forged(upload)}, 4)
+        cohort.accept({"h00": _flipped(upload)}, 4)
     # the same upload replayed into a restarted attempt (new roster) is refused
     for m in cohort.members.values():
         m.roster = None
@@ -283,7 +306,9 @@ def test_unmask_refuses_a_request_from_before_the_roster_it_names():
 
 def test_config_digest_mismatch_is_refused():
     cohort = Cohort.make(3)
-    roster = s.build_roster(cohort.ref, [m.advert for m in cohort.members.values()],
+    roster = s.build_roster(cohort.ref,
+                            {n: (m.identity.public_key(), m.advert)
+                             for n, m in cohort.members.items()},
                             config_digest="cd" * 32, modulus_bits=32, threshold=3,
                             key=cohort.coordinator)
     assert DIGEST != "cd" * 32

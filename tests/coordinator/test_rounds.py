@@ -11,7 +11,7 @@ from secagg_http import Env, Hospital
 from common.encoding import decode_counts
 from common.schemas import ModelPublic
 from common.secagg import participant as proto
-from common.secagg.messages import RoundRef, b64e
+from common.secagg.messages import RoundRef, SharesBody, b64e, sign_message
 
 
 @pytest.fixture
@@ -114,15 +114,50 @@ def test_lost_before_masking_restarts_without_it_and_charges_once(client, cohort
     assert [budget[f"h{i}"]["epsilon_spent"] for i in range(4)] == ["0.5", "0.5", "0.5", "0"]
 
 
-def test_lost_after_masking_is_recovered_from_shares(client, cohort):
-    env, hs = cohort()
+def _lose_h3_after_masking(client, hs, env):
     _open(client)
     _keys_and_mask(hs, env)
-    for h in hs[:3]:  # h3 is lost after masking
+    for h in hs[:3]:
+        assert h.state().inbox == {}  # no share is forwarded (or revealed) unless needed
         h.send("unmask", h.state(), h.unmask(h.state(), env))
-    assert client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN).json()["status"] == "done"
+    st3 = hs[3].state()
+    late = hs[3].unmask(st3, env)  # made, but it would arrive after the admin declared h3 lost
+    r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    assert (r.json()["status"], r.json()["survivors"]) == ("recover", 3)
+    return st3, late
+
+
+def test_lost_after_masking_is_recovered_from_shares(client, cohort):
+    env, hs = cohort()
+    st3, late = _lose_h3_after_masking(client, hs, env)
+    st = hs[0].state()
+    assert list(st.inbox) == ["h3"] and st.request.kind == "recover"  # the lost one's only
+    r = hs[3].send("unmask", st3, late, status=409)
+    assert "phase 'recover', not 'unmask'" in r.json()["detail"]
+    for h in hs[:3]:
+        h.send("shares", h.state(), h.recover(h.state(), env))
+    rounds = client.get("/v1/studies/sec/rounds", headers=ADMIN).json()
+    assert [(r["status"], r["survivors"], r["recovered_by"]) for r in rounds] == [
+        ("done", 3, 3)]
     _, total = _model(client)
     np.testing.assert_array_equal(total, sum(h.noisy for h in hs))
+
+
+def test_recover_phase_refuses_shares_from_a_member_that_did_not_unmask(client, cohort):
+    env, hs = cohort()
+    _lose_h3_after_masking(client, hs, env)
+    st = hs[3].state()
+    body = SharesBody(study_id="sec", round=1, attempt=1, participant="h3",
+                      roster_digest=st.roster_digest, shares={"h3": b64e(bytes(16))})
+    r = hs[3].send("shares", st, sign_message("shares", body, hs[3].identity), status=409)
+    assert "did not answer the unmask request" in r.json()["detail"]
+    hs[0].send("shares", hs[0].state(), hs[0].advert(hs[0].state()), status=422)  # not JSON
+    for h in hs[:2]:
+        h.send("shares", h.state(), h.recover(h.state(), env))
+    r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)  # h2 lost too: 2 shares
+    doc = r.json()
+    assert doc["status"] == "abandoned" and "2 distinct shares, 3 needed" in doc["detail"]
+    assert _model(client)[0].version == 0
 
 
 def test_too_many_lost_after_masking_abandons_without_a_sum(client, cohort):
@@ -144,7 +179,7 @@ def test_replayed_reordered_and_forged_messages_are_refused(client, cohort):
     st = h0.state()
     r = h0.send("masked", st, h0.advert(st), status=409)  # masked before the roster
     assert "phase 'keys', not 'masking'" in r.json()["detail"]
-    forged = h0.advert(st).model_copy(update={"signature": b64e(bytes(64))})
+    forged = h0.advert(st)[:-64] + bytes(64)
     assert "signature" in h0.send("keys", st, forged, status=422).json()["detail"]
     other = proto.make_advert(RoundRef(study_id="sec", round=1, attempt=2), "h0", h0.identity,
                               h0.secrets[1])
@@ -152,7 +187,7 @@ def test_replayed_reordered_and_forged_messages_are_refused(client, cohort):
     stolen = hs[1].advert(st)  # another member's advert, re-sent by h0
     assert "signature" in h0.send("keys", st, stolen, status=422).json()["detail"]
     posing = proto.make_advert(h0.ref(st), "h1", h0.identity, h0.secrets[1])
-    assert "names 'h1' but was sent by 'h0'" in h0.send("keys", st, posing, 409).json()["detail"]
+    assert "another sender" in h0.send("keys", st, posing, 422).json()["detail"]
     h0.send("keys", st, h0.advert(st))
     h0.send("keys", st, h0.advert(st))  # the same bytes again: an idempotent retry
     fresh = proto.make_advert(h0.ref(st), "h0", h0.identity, proto.RoundSecrets.generate())
@@ -207,3 +242,28 @@ def test_dashboard_lists_each_round_attempt(client, cohort, app):
            "<td>secure</td><td>restarted</td>" in html
     assert '<td class="num" data-field="cohort">4</td>' in html
     assert 'data-round="sec/1/2"' in html and "<td>keys</td>" in html
+
+
+def test_frames_are_parsed_strictly_over_http(client, cohort):
+    """Wrong media type 415, truncated or padded 422, oversized 413, tampered 422; none of
+    them is stored or charged, and the genuine frame is then accepted."""
+    env, hs = cohort()
+    _open(client)
+    for h in hs:
+        h.send("keys", h.state(), h.advert(h.state()))
+    h0, st = hs[0], hs[0].state()
+    frame = h0.masked(st, env)
+    r = h0.send("masked", st, frame, status=415, content_type="application/json")
+    assert "application/octet-stream" in r.json()["detail"]
+    assert "truncated" in h0.send("masked", st, frame[:-1], status=422).json()["detail"]
+    assert "this round's is" in h0.send("masked", st, frame + b"\0", status=413).json()["detail"]
+    assert "expected a masked frame" in h0.send(
+        "masked", st, bytes([1]) + frame[1:], status=422).json()["detail"]
+    for at in (12, len(frame) // 2, len(frame) - 70, len(frame) - 1):  # body, shares, signature
+        bad = frame[:at] + bytes([frame[at] ^ 0x10]) + frame[at + 1 :]
+        assert "signature" in h0.send("masked", st, bad, status=422).json()["detail"]
+    assert h0.state().masked == 0
+    budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    assert budget["h0"]["epsilon_spent"] == "0"
+    h0.send("masked", st, frame)
+    assert h0.state().masked == 1

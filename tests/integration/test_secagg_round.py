@@ -111,10 +111,11 @@ def cohort(participant_coordinator, tmp_path):
 
 
 def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
-    """SIGKILL a member once the coordinator holds its masked vector; the others recover its
-    self mask from their shares. A member that left after its keys resumes from its state
-    directory (same round keys, so the roster still carries its advert). The study releases a
-    dense grid beside the LSH tables: both parts of the sum reach the model."""
+    """SIGKILL a member once the coordinator holds its masked vector; the admin declares it
+    lost, and the others then send their shares of its self-mask seed (recover phase). A
+    member that left after its keys resumes from its state directory (same round keys, so the
+    roster still carries its advert). The study releases a dense grid beside the LSH tables:
+    both parts of the sum reach the model."""
     c = cohort("sa-after", grid={"bins": 3},
                privacy={"epsilon_lsh": "0.5", "epsilon_grid": "0.25"})
     late, victim = c.names[3], c.names[0]
@@ -127,7 +128,10 @@ def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
     c.procs[victim].wait()
     c.start(late)  # resumes: posts its masked vector with the keys it stored
     c.wait_for(lambda r: r["status"] == "unmask" and r["survivors"] == 3, "3 unmask answers")
-    assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["status"] == "done"
+    assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["status"] == (
+        "recover")  # the survivors are asked for their shares of the victim's seed only now
+    done = c.wait_for(lambda r: r["status"] == "done", "the sum revealed from the shares")
+    assert done["recovered_by"] == 3
     for name in c.names[1:]:
         code, out = c.finish(name)
         assert code == 0, out

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 
 from common.secagg.messages import SignedMessage
 from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
+from common.secagg.wire import OCTET_STREAM
 from coordinator.api.deps import (
     AdminDep,
     CurrentParticipant,
@@ -55,6 +56,7 @@ def current_round(
     study: StudyMember,
     participant: CurrentParticipant,
     session: SessionDep,
+    keys: KeysDep,
     known_roster: Annotated[
         str | None,
         Query(
@@ -64,7 +66,7 @@ def current_round(
     ] = None,
 ) -> RoundState:
     """The current attempt, with the roster, unmask request and shares sealed for the caller."""
-    return round_views.round_state(session, study, participant, known_roster)
+    return round_views.round_state(session, keys, study, participant, known_roster)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/advance")
@@ -75,18 +77,59 @@ def advance_round(
     return round_views.round_public(session, rounds.advance(session, keys, study, number))
 
 
-@router.post("/studies/{study_id}/rounds/{number}/{step}")
-def post_round_message(
+@router.post("/studies/{study_id}/rounds/{number}/shares")
+def post_round_shares(
     number: int,
-    step: Literal["keys", "masked", "unmask"],
     body: SignedMessage,
     study: StudyMember,
     participant: CurrentParticipant,
     session: SessionDep,
     keys: KeysDep,
 ) -> RoundPublic:
-    """A member's signed message: ``keys`` (this attempt's X25519 keys), ``masked`` (the
-    masked vector; charges the release to its ledger), ``unmask`` (own self seed and the
-    shares held of the others')."""
-    rnd = rounds.post_message(session, keys, study, participant, number, step, body)
+    """Recover phase only: the shares the caller holds of the seeds of members lost after
+    masking (signed JSON; refused unless the caller answered this attempt's unmask request)."""
+    rnd = rounds.post_message(session, keys, study, participant, number, "shares", body)
+    return round_views.round_public(session, rnd)
+
+
+async def frame_body(request: Request) -> bytes:
+    """The raw request body of a frame; 415 unless it is sent as application/octet-stream."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != OCTET_STREAM:
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"a round message is a binary frame: send it as {OCTET_STREAM}",
+        )
+    return await request.body()
+
+
+FRAME_DOC = {
+    "requestBody": {
+        "required": True,
+        "description": "A binary frame (common/secagg/wire.py): kind (1 byte), round (8, "
+        "little-endian), attempt (2), body, Ed25519 signature (64) over a context that also "
+        "binds study, sender and (masked, unmask) the roster digest. Bodies: keys = X25519 key "
+        "(32) + SHA-256 of the self-mask seed (32); masked = words packed to k bits + one "
+        "32-byte sealed share per other roster member (roster order); unmask = the 16-byte "
+        "self-mask seed. Each length is exact: a truncated or padded frame is 422, a longer "
+        "one 413, a tampered one 422, one of another round or attempt 409.",
+        "content": {OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.post("/studies/{study_id}/rounds/{number}/{step}", openapi_extra=FRAME_DOC)
+def post_round_message(
+    number: int,
+    step: Literal["keys", "masked", "unmask"],
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    keys: KeysDep,
+    frame: Annotated[bytes, Depends(frame_body)],
+) -> RoundPublic:
+    """A member's signed frame: ``keys`` (this attempt's X25519 key), ``masked`` (the masked
+    vector and its sealed seed shares; charges the release to its ledger), ``unmask`` (its own
+    self-mask seed)."""
+    rnd = rounds.post_message(session, keys, study, participant, number, step, frame)
     return round_views.round_public(session, rnd)
