@@ -104,7 +104,11 @@ def _check_cost(params: OnlineParams, body: OnlineGradientCreate) -> PrivacyBudg
 
 def _check_window(session: Session, participant: Participant, study: Study,
                   params: OnlineParams, body: OnlineGradientCreate, now: float) -> None:
-    """One release per window, in window order, only once the window has ended."""
+    """One release per window, in window order, only once the window has ended; its count
+    of queried slots cannot exceed the window's slots."""
+    if body.count > params.window_slots:
+        raise InvalidInput(f"count {body.count} exceeds the {params.window_slots} slots of a "
+                           "schedule window")
     if params.window_end(body.window) > now + CLOCK_SKEW:
         raise InvalidInput(f"window {body.window} of the schedule has not ended (it ends at "
                            f"Unix time {params.window_end(body.window)}); a window's release "

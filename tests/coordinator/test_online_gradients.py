@@ -70,6 +70,7 @@ def test_refusals_store_and_charge_nothing(client, signed, members):
         (body(signed, "c", np.ones(5), 1), 422),
         ({**body(signed, "c", np.ones(4), 1), "noisy_sum": "%%%"}, 422),
         ({**body(signed, "c", np.ones(4), 1), "count": -1}, 422),
+        (body(signed, "c", np.ones(4), 10_001), 422),  # more than a window's 10 000 slots
         ({**body(signed, "c", np.ones(4), 1), "epochs": 1}, 422),  # claims are per window
         (body(signed, "c", np.ones(4), 1, window=10**9), 422),  # a window not ended yet
         ({**body(signed, "c", np.ones(4), 1), "config_version": 2}, 409),
