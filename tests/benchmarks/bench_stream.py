@@ -104,7 +104,9 @@ def paced_latency(state: list[str], lines: list[str], labels: Path, out: Path, p
         while not out.exists():
             time.sleep(0.0005)
         with out.open() as fh:
-            fh.readline()  # header
+            header = ""
+            while not header.endswith("\n"):  # the file may exist before its header is in
+                header += fh.readline() or (time.sleep(0.0002) or "")
             buf = ""
             while len(seen) < len(lines) and not (stop.is_set() and not buf):
                 chunk = fh.readline()
