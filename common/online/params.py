@@ -76,10 +76,13 @@ class OnlineParams(BaseModel):
     radius_w: _Pos = Field(default=100.0, description="R: weights are projected into this ball.")
     lam: float = Field(default=1e-3, ge=0, allow_inf_nan=False, description="L2 regulariser.")
     eta0: _Pos = Field(default=10.0, description="Step size eta_t = eta0 / sqrt(t).")
-    batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size (large "
-                       "batches shrink the noise per labelled record; BENCHMARKS.md).")
+    batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size of the "
+                       "pure learner and the benchmarks (large batches shrink the noise per "
+                       "labelled record; BENCHMARKS.md); a stream's batch is a schedule "
+                       "window's queried slots.")
     scheme: Literal["records", "labels"] = Field(
-        default="labels", description="Close a batch after `batch` labels or `batch` records.")
+        default="labels", description="Pure learner: close a batch after `batch` labels or "
+        "`batch` records (a stream closes one per schedule window).")
     query: Literal["exponential", "randomized_response"] = Field(
         default="exponential", description="Private query rule (common.online.query).")
     p: float = Field(default=0.09, gt=0, lt=1, description="Exponential rule: top query "
