@@ -1,10 +1,11 @@
-"""ORM tables of streaming mode (migration 0008_online): gradient releases and the online model."""
+"""ORM tables of streaming mode (migrations 0008_online, 0009_online_schedule): gradient
+releases and the online model."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from coordinator.models import Base, UTCDateTime, utcnow
@@ -13,11 +14,17 @@ from coordinator.models import Base, UTCDateTime, utcnow
 class OnlineRelease(Base):
     """One participant's noisy mini-batch gradient sum (its charge is also a ledger entry).
 
-    ``applied_in`` is the online model version whose step consumed it (null while pending).
+    ``applied_in`` is the online model version whose step consumed it (null while pending);
+    ``schedule_window`` the schedule window it closes (one release per participant, study and
+    window; null for releases stored before the schedule).
     """
 
     __tablename__ = "online_releases"
-    __table_args__ = (UniqueConstraint("participant_id", "study_id", "idempotency_key"),)
+    __table_args__ = (
+        UniqueConstraint("participant_id", "study_id", "idempotency_key"),
+        Index("ux_online_releases_window", "participant_id", "study_id", "schedule_window",
+              unique=True),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), index=True)
@@ -26,6 +33,7 @@ class OnlineRelease(Base):
     request_sha256: Mapped[str] = mapped_column(String(64))
     config_version: Mapped[int] = mapped_column(Integer)
     weights_version: Mapped[int] = mapped_column(Integer)
+    schedule_window: Mapped[int | None] = mapped_column(Integer, nullable=True)
     count: Mapped[int] = mapped_column(Integer)
     noisy_sum: Mapped[str] = mapped_column(Text)
     eps_units: Mapped[int] = mapped_column(BigInteger)

@@ -10,13 +10,14 @@ Exit codes:
     3  data invalid (schema, non-numeric, missing or refused out-of-bounds values); for
        contribute/run after the data was read: a noise-only release was sent and charged
     4  config or key refused (bad signature, wrong key, expired, downgrade, digest mismatch,
-       released columns changed since the operator's approval: run `approve`)
+       released columns changed since the operator's approval: run `approve`; stream: the
+       study's online section was re-signed differently)
     5  privacy budget refused (local cap, per-release ceiling, or the coordinator's ledger)
     6  coordinator unavailable after retries (a stored release is re-sent on the next run),
        or `run` gave up waiting for contributors
     7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict)
-    8  stream stopped: the next epoch's charge would pass a cap (local or the coordinator's);
-       nothing of that epoch was decided or noised, and the position is kept
+    8  stream stopped: the next schedule window's charge would pass a cap (local or the
+       coordinator's); nothing of that window was decided or noised, and the position is kept
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ A coordinator process, a study with an online section, and N hospitals, each run
 ``fedod-participant stream`` as its own process on its share of a record stream. The reviewer
 is simulated: each hospital's labels file already holds the held-out label of every one of its
 records, and the stream reads a label only for a record its private query rule picked. The
-hospitals stream in ``--chunks`` rounds (each round restarts every stream on its replayed
-input: records already consumed are skipped), and after each round the simulation evaluates
+hospitals stream in ``--chunks`` rounds, one schedule window each: every round restarts each
+stream on its replayed input (records already consumed are skipped) ending with a tick that
+closes the window (``--clock ticks``: window k of the schedule is round k + 1, with one
+window's slots per hospital and round), and after each round the simulation evaluates
 the coordinator's online classifier on a held-out test set and prints the test error against
 the labels requested so far, beside two non-private baselines on the same pooled stream
 (the online learner labelling every record; a batch linear SVM).
@@ -83,17 +85,19 @@ def _hospital_files(root: Path, features: list[str], X: NDArray[Any], y: NDArray
         fh.writelines(f"r{r:06d},{1 if y[r] == 1 else 0}\n" for r in rows)
 
 
-def _stream_round(cli: list[str], names: list[str], workdir: Path, upto: int) -> None:
-    """Every hospital streams the first ``upto`` of its records (a restart each round)."""
+def _stream_round(cli: list[str], names: list[str], workdir: Path, upto: int, k: int) -> None:
+    """Every hospital streams the first ``upto`` of its records (a restart each round), then
+    window ``k - 1`` of the schedule ends (tick ``k``): each hospital releases it."""
     procs = []
     for name in names:
         h = workdir / name
         lines = (h / "records.jsonl").read_text().splitlines(keepends=True)[:upto]
-        (h / "round.jsonl").write_text("".join(lines))
+        (h / "round.jsonl").write_text("".join(lines) + json.dumps({"tick": k}) + "\n")
         with (h / "round.jsonl").open() as stdin, (h / "participant.log").open("ab") as log:
             procs.append(subprocess.Popen(
                 [*cli, "--state", str(h / "state"), "stream", STUDY, "--out",
-                 str(h / "scores.csv"), "--labels", str(h / "labels.csv")],
+                 str(h / "scores.csv"), "--labels", str(h / "labels.csv"), "--clock",
+                 "ticks"],
                 stdin=stdin, stdout=log, stderr=subprocess.STDOUT))
     for name, proc in zip(names, procs, strict=True):
         if proc.wait() != 0:
@@ -115,11 +119,13 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fedod-stream-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     features, X, y, Xt, yt = digits_stream(args.stream_records, args.seed)
-    params = OnlineParams(dim=len(features) + 1, batch=args.stream_batch, p=args.query_p,
-                          epsilon_select=args.epsilon, epsilon_gradient=args.epsilon)
-    lo, hi = np.zeros(len(features)), np.full(len(features), 16.0)
     names = [f"hospital-{i + 1}" for i in range(args.hospitals)]
     split = np.array_split(np.arange(len(y)), args.hospitals)
+    per_hospital = max(len(r) for r in split)
+    params = OnlineParams(dim=len(features) + 1, p=args.query_p, epsilon_select=args.epsilon,
+                          epsilon_gradient=args.epsilon, window_seconds=60,
+                          window_slots=-(-per_hospital // args.chunks))
+    lo, hi = np.zeros(len(features)), np.full(len(features), 16.0)
     proc, url, admin = start_coordinator(workdir, args.database_url, args.port or free_port())
     try:
         api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"},
@@ -130,7 +136,7 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
             "lsh": {"n_tables": 10}, "privacy": {"epsilon_lsh": "1"},
             "online": params.model_dump(mode="json")}).raise_for_status()
         fingerprint = api.get("/v1/key").json()["key_id"]
-        cap = str(params.epoch_cost().epsilon * 2)
+        cap = str(params.epoch_cost().epsilon * (args.chunks + 1))  # + the window left open
         cli = [sys.executable, "-m", "participant.cli", "--no-progress"]
         for name, rows in zip(names, split, strict=True):
             _hospital_files(workdir / name, features, X, y, rows)
@@ -143,9 +149,8 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
                             "--max-release-epsilon", cap], check=True, capture_output=True)
         Zt = to_ball(Xt, lo, hi, params.radius_x)
         table = []
-        per_hospital = max(len(r) for r in split)
         for k in range(1, args.chunks + 1):
-            _stream_round(cli, names, workdir, -(-per_hospital * k // args.chunks))
+            _stream_round(cli, names, workdir, params.window_slots * k, k)
             model = api.get(f"/v1/studies/{STUDY}/online/model").json()
             w = decode_vector(model["weights"], params.dim)
             table.append({"records": min(len(y), len(y) * k // args.chunks),
@@ -158,6 +163,7 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
         proc.wait(timeout=20)
     return {"rounds": table, "baselines": _baselines(params, to_ball(X, lo, hi), y, Zt, yt),
             "epsilon_spent": budgets, "epoch_cost": str(params.epoch_cost()),
+            "window_slots": params.window_slots,
             "workdir": str(workdir), "stream_records": len(y), "test_records": len(yt)}
 
 
@@ -170,18 +176,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "error against labels requested")
     p.add_argument("--stream-records", type=int, default=6000, metavar="N",
                    help="--stream: records in the pooled stream (6000)")
-    p.add_argument("--stream-batch", type=int, default=100, metavar="L",
-                   help="--stream: labels per noisy gradient release (100)")
     p.add_argument("--query-p", type=float, default=0.1, metavar="P",
                    help="--stream: top query probability of the exponential rule (0.1)")
     p.add_argument("--chunks", type=int, default=4, metavar="K",
-                   help="--stream: evaluate after each of K rounds of streaming (4)")
+                   help="--stream: K rounds, one schedule window each (a hospital's share "
+                        "/ K slots per window, one noisy release per hospital and window); "
+                        "the test error is printed after each (4)")
 
 
 def print_stream(result: dict[str, Any]) -> None:
     print(f"\nstream: digits 0 vs 9, {result['stream_records']} records across hospitals, "
-          f"{result['test_records']} held-out test records; charge per hospital epoch "
-          f"{result['epoch_cost']}")
+          f"{result['test_records']} held-out test records; {result['window_slots']} slots "
+          f"per hospital and window, charge per hospital window {result['epoch_cost']}")
     print("\n| records streamed | labels requested | SGD steps | test error |")
     print("|---|---|---|---|")
     for r in result["rounds"]:

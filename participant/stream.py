@@ -1,23 +1,26 @@
-"""Streaming mode engine: score each arriving record, ask for labels, release noisy gradients.
+"""Streaming mode engine: score each arriving record, ask for labels, release on the schedule.
 
 Ghassemi, Sarwate & Wright (AISec 2016) as set out in ``docs/ONLINE.md``: each record is mapped
 into the ball of radius ``M`` with the study's public bounds (:func:`common.online.params.to_ball`),
 scored (margin against the current global weights, plus the LSH/grid models when the study
-has them), a private query rule decides whether the reviewer labels it, labelled records'
-hinge gradients fill a mini-batch, and a full batch is released once with OpenDP Gaussian
-noise to the coordinator, which steps and serves the new weights.
+has them), and a private query rule decides whether the reviewer labels it.
 
-Privacy order (each step durable before the next, :mod:`participant.stream_store`): the epoch
-charge is reserved in the participant ledger (cap checked) *before* the epoch's first query
-decision; a cap that refuses it stops the stream (:class:`StreamCapReached`) before any
-decision or noise of that epoch. A batch's noise is drawn once and its body stored before it
-is sent; retries re-send the same bytes.
+Learning follows the signed config's public schedule: calendar windows of ``window_slots``
+slots. A window's charge is reserved in the participant ledger (both caps checked) *before*
+its first query decision; a cap that refuses it stops the stream (:class:`StreamCapReached`)
+before any decision or noise of that window. When the window ends (the injectable clock says
+so), its unused slots are padded with empty records and exactly one release is made: the
+window's queried slots as one batch (:func:`common.online.schedule.window_batch`), noised once
+(OpenDP Gaussian), stored, then sent; retries re-send the same bytes. Records beyond the
+window's slots are scored with the current models and never learnt from. A window in which
+no record arrived is charged and released like any other: skipping it would reveal it.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,20 +29,25 @@ from numpy.typing import NDArray
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.errors import BudgetExceeded
-from common.online.learner import hinge_gradient
+from common.errors import BudgetExceeded, ConfigError
 from common.online.params import OnlineParams, to_ball
 from common.online.query import bernoulli
+from common.online.schedule import window_batch
 from common.online.wire import OnlineGradientCreate, decode_vector, encode_vector
-from participant.client import CoordinatorClient
+from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.ledger import Ledger
 from participant.stream_store import StreamStore
 
 Vector = NDArray[np.float64]
+Refetch = Callable[[], tuple[StudyConfig, str]]
 
 
 class StreamCapReached(BudgetExceeded):
-    """The next epoch's charge does not fit a cap: the stream stopped before drawing."""
+    """The next window's charge does not fit a cap: the stream stopped before drawing."""
+
+
+class StreamConfigChanged(ConfigError):
+    """The study's online section changed: this stream's state cannot continue under it."""
 
 
 def _budget(value: object, default: PrivacyBudget | None = None) -> PrivacyBudget:
@@ -58,36 +66,42 @@ class Scored:
 
 
 class Streamer:
-    """One study's stream; the caller holds the state lock and closes ``store``."""
+    """One study's stream; the caller holds the state lock and closes ``store``.
+
+    ``now`` returns the current schedule window (wall clock, or ticks in tests and replays);
+    ``refetch`` fetches and verifies the newest signed config (after a 409 on a release)."""
 
     def __init__(self, config: StudyConfig, config_digest: str, store: StreamStore,
                  ledger: Ledger, client: CoordinatorClient, cap: PrivacyBudget,
-                 detectors: dict[str, Any]) -> None:
+                 detectors: dict[str, Any], now: Callable[[], int],
+                 refetch: Refetch | None = None) -> None:
         if config.online is None:
             raise ValueError(f"study {config.study_id} has no online section: it does not "
                              "stream (ask the coordinator's operator for one)")
         self.config, self.digest, self.store = config, config_digest, store
         self.params: OnlineParams = config.online
         self.ledger, self.client, self.cap, self.detectors = ledger, client, cap, detectors
+        self.now, self.refetch = now, refetch
         self.rule, self.noise = self.params.rule(), self.params.noise()
         self.lo, self.hi = np.asarray(config.lo), np.asarray(config.hi)
         self.stream_id = store.stream_id()
 
     def resume(self) -> None:
-        """After a restart: send stored releases, use kept labels of awaiting records, release
-        a batch that was full, and pick up the newest weights."""
+        """After a restart: send stored releases, use kept labels of awaiting records, pick up
+        the newest weights, then close every window that ended meanwhile."""
         self.send_stored()
         for record_id, label in self.store.parked_for_awaiting():
             self.label(record_id, label)
-        self.maybe_release()  # a batch filled just before a kill
         self.refresh_weights()
+        self.advance()
 
     # --- per record ---------------------------------------------------------------------
     def consume(self, record_id: str, x: NDArray[np.floating]) -> Scored | None:
         """Score and decide one record; None if it was consumed before (a restart)."""
         if self.store.seen(record_id):
             return None
-        self._open_epoch(self.store.num("seq") // self.params.epoch_records)
+        self.advance()
+        window, _, used = self.store.window()
         z = to_ball(np.asarray(x, dtype=np.float64)[None, :], self.lo, self.hi,
                     self.params.radius_x)[0]
         w, _ = self.store.weights("average" if self.params.average else "weights")
@@ -96,42 +110,51 @@ class Streamer:
         row = np.asarray(x, dtype=np.float64)[None, :]
         for name, det in self.detectors.items():
             scores[name] = float(det.decision_function(row)[0])
-        queried = bernoulli(self.rule.probability(margin))
-        self.store.decide(record_id, queried, z, scores,
-                          records_scheme=self.params.scheme == "records")
+        slot = used if used < self.params.window_slots else None
+        queried = slot is not None and bernoulli(self.rule.probability(margin))
+        self.store.decide(record_id, queried, z, scores, window, slot)
         if queried and (label := self.store.parked_label(record_id)) is not None:
             self.label(record_id, label)
-        self.maybe_release()
         return Scored(record_id, scores, queried)
 
     def label(self, record_id: str, label: int) -> bool:
-        """Use a reviewer's label (+1 outlier, -1 inlier) if its record awaits one."""
-        z = self.store.awaiting(record_id)
-        if z is None:
+        """Keep a reviewer's label (+1 outlier, -1 inlier) if its record awaits one."""
+        if self.store.awaiting(record_id) is None:
             if not self.store.seen(record_id):
                 self.store.park_label(record_id, label)
             return False
-        w, _ = self.store.weights()
-        self.store.use_label(record_id, label, hinge_gradient(w, z, label))
-        self.maybe_release()
+        self.store.use_label(record_id, label)
         return True
 
-    # --- epochs, batches, releases ------------------------------------------------------
-    def _open_epoch(self, epoch: int) -> None:
-        if epoch <= int(self.store.get("epoch", -1)):
-            return
-        key = f"stream-{self.stream_id}-e{epoch}"
+    # --- the schedule -------------------------------------------------------------------
+    def advance(self) -> None:
+        """Bring the stream to the clock's window: close every open window that has ended
+        (padding, one release each) and open the next (its charge first)."""
+        now = self.now()
+        while True:
+            window, closed, _ = self.store.window()
+            if window < 0:
+                self._open(now)
+            elif closed == window:
+                self._open(window + 1)
+            elif window < now:
+                self._close(window)
+            else:
+                return
+
+    def _open(self, window: int) -> None:
+        key = f"stream-{self.stream_id}-w{window}"
         charged = self.ledger.entries(study=self.config.study_id)
         if not any(e.idempotency_key == key for e in charged):
-            self._charge(epoch, key)  # else: charged before a kill, not yet recorded here
-        self.store.open_epoch(epoch)
+            self._charge(window, key)  # else: charged before a kill, not yet recorded here
+        self.store.open_window(window)
 
-    def _charge(self, epoch: int, key: str) -> None:
-        """Reserve the epoch in the local ledger, after checking both caps."""
+    def _charge(self, window: int, key: str) -> None:
+        """Reserve the window in the local ledger, after checking both caps."""
         cost = self.params.epoch_cost()
-        unclaimed = self.store.num("epochs_unclaimed") + 1
+        unsent = len(self.store.stored_releases()) + 1  # the coordinator charges on receipt
         there = self.client.budget()
-        owed = PrivacyBudget.from_units(*(u * unclaimed for u in cost.to_units()))
+        owed = PrivacyBudget.from_units(*(u * unsent for u in cost.to_units()))
         try:
             if not owed.fits_within(there.remaining):
                 raise BudgetExceeded(
@@ -142,47 +165,72 @@ class Streamer:
                                 cost=cost, cap=self.cap)
         except BudgetExceeded as exc:
             raise StreamCapReached(
-                f"privacy cap reached: epoch {epoch} of this stream (records from "
-                f"{epoch * self.params.epoch_records} on) costs {cost} and does not fit "
-                f"({exc}). The stream stopped before deciding or noising any record of it; "
-                "its position is kept.", spent=_budget(exc.context.get("spent")),
+                f"privacy cap reached: schedule window {window} of this stream costs {cost} "
+                f"and does not fit ({exc}). The stream stopped before deciding or noising any "
+                "record of it; its position is kept.", spent=_budget(exc.context.get("spent")),
                 asked=cost, cap=_budget(exc.context.get("cap"), self.cap)) from exc
         self.ledger.mark(key, "acknowledged",
-                         detail=f"stream epoch {epoch}: charged once for its records")
+                         detail=f"stream window {window}: charged once for its slots")
 
-    def maybe_release(self) -> None:
-        """Close the batch when full: release it (noise drawn here, once) and send it."""
-        total, count = self.store.pending()
-        full = (self.store.num("since_update") if self.params.scheme == "records" else count)
-        if full < self.params.batch:
-            return
-        if count == 0:
-            self.store.reset_batch()
-            return
-        epochs = self.store.num("epochs_unclaimed")
-        eps, delta = self.params.epoch_cost().to_units()
-        cost = PrivacyBudget.from_units(eps * epochs, delta * epochs)
-        self.store.durable()  # the labels in this batch are spent before noise is drawn
+    def _close(self, window: int) -> None:
+        """The window ended: pad, form its one batch, noise it once, store it, send it."""
+        _, _, used = self.store.window()
+        w, version = self.store.weights()
+        total, count = window_batch(w, self.store.window_queried(window),
+                                    self.params.window_slots - used, self.rule)
+        cost = self.params.epoch_cost()
+        self.store.durable()  # the window's decisions are final before noise is drawn
         key = secrets.token_urlsafe(24)
         body = OnlineGradientCreate(
             idempotency_key=key, config_version=self.config.version,
-            config_digest=self.digest, weights_version=self.store.weights()[1], count=count,
-            noisy_sum=encode_vector(self.noise.release(total)), epochs=epochs,
-            epsilon=cost.epsilon, delta=cost.delta)
-        self.store.store_release(key, body.model_dump_json())
+            config_digest=self.digest, weights_version=version, window=window, count=count,
+            noisy_sum=encode_vector(self.noise.release(total)), epsilon=cost.epsilon,
+            delta=cost.delta)
+        self.store.close_window(window, key, body.model_dump_json())
         self.send_stored()
 
+    # --- sending ------------------------------------------------------------------------
     def send_stored(self) -> int:
-        """Send every stored release (same bytes on every retry), then refresh the weights."""
+        """Send every stored release (same noisy bytes on every retry), then refresh the
+        weights. A release refused for a stale config is re-wrapped under the new one when
+        the online section is unchanged; otherwise the stream stops."""
         sent = 0
         for key, body in self.store.stored_releases():
-            self.client.request("POST", f"/v1/studies/{self.config.study_id}/online/gradients",
-                                content=body.encode())
+            try:
+                self._post(body)
+            except CoordinatorRefused as exc:
+                if exc.status != 409 or exc.is_budget or "config" not in exc.detail:
+                    raise
+                self._post(self._rewrap(key, body, exc))
             self.store.acknowledge(key)
             sent += 1
         if sent:
             self.refresh_weights()
         return sent
+
+    def _post(self, body: str) -> None:
+        self.client.request("POST", f"/v1/studies/{self.config.study_id}/online/gradients",
+                            content=body.encode())
+
+    def _rewrap(self, key: str, body: str, exc: CoordinatorRefused) -> str:
+        """The same noisy release (same key, sum, count, window, claim) under the newest
+        config, when its online section is the one the release was made under."""
+        if self.refetch is None:
+            raise exc
+        config, digest = self.refetch()
+        if config.online != self.params:
+            raise StreamConfigChanged(
+                f"study {config.study_id}: the coordinator re-signed the config as version "
+                f"{config.version} with a different online section; this stream's stored "
+                f"releases and open window were made under version {self.config.version} and "
+                "cannot continue under it. Move studies/<study>/stream.sqlite3 aside to start "
+                "a new stream (its charges stay in your ledger).",
+                old_version=self.config.version, new_version=config.version) from exc
+        self.config, self.digest = config, digest
+        doc = json.loads(body) | {"config_version": config.version, "config_digest": digest}
+        new = OnlineGradientCreate.model_validate(doc).model_dump_json()
+        self.store.replace_release(key, new)
+        return new
 
     def refresh_weights(self) -> None:
         """Pick up the coordinator's newest online weights."""

@@ -17,18 +17,21 @@ from participant.stream_io import (
     LabelsFile,
     RecordParser,
     ScoreWriter,
+    Tick,
     prompt_label,
     read_lines,
+    until_deadlines,
     watch,
 )
 from participant.stream_store import StreamStore
 
 HELP = ("score records as they arrive (JSON lines or CSV on stdin, or files appearing in "
         "--watch DIR) with the global models and the online classifier; ask the reviewer "
-        "for labels when the private query rule fires; release noisy gradients on schedule "
-        "(docs/ONLINE.md). Restart-safe: records already consumed are skipped and nothing is "
-        "charged or noised twice. Stops with exit 8 when the next epoch's charge would pass "
-        "a cap, before any decision or noise of it")
+        "for labels when the private query rule fires; release one noisy gradient per "
+        "window of the study's public schedule, when the window ends (docs/ONLINE.md). "
+        "Restart-safe: records already consumed are skipped, windows that ended meanwhile "
+        "are closed, and nothing is charged or noised twice. Stops with exit 8 when the next "
+        "window's charge would pass a cap, before any decision or noise of it")
 
 
 def add_parser(add: Any) -> None:
@@ -46,6 +49,10 @@ def add_parser(add: Any) -> None:
                         "(1 = outlier, 0 = inlier)")
     p.add_argument("--id-column", default="id", metavar="NAME",
                    help="record id field (default: id; missing: the record's position)")
+    p.add_argument("--clock", choices=("wall", "ticks"), default="wall",
+                   help="schedule clock: 'wall' (default) follows the config's calendar "
+                        "windows; 'ticks' reads {\"tick\": N} lines in the input as "
+                        "'window N has begun' (replays and tests)")
     p.add_argument("--wait-labels", action="store_true",
                    help="at the end of the input, wait until every queried record is "
                         "labelled (polling the labels file)")
@@ -71,28 +78,55 @@ def cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
         policy.check_ceiling(config.online.epoch_cost(), enrolment.ceiling)
         store = StreamStore(agent.state.study_dir(args.study) / "stream.sqlite3",
                             config.online.dim)
+        clock = _Clock(config.online, args.clock, store.window()[0])
+
+        def refetch() -> tuple[Any, str]:
+            new, new_signed = agent.fetch_config(args.study, client)
+            return new, new_signed.digest()
+
         try:
             streamer = Streamer(config, signed.digest(), store, ledger, client, enrolment.cap,
-                                _detectors(agent, client, args.study, config))
+                                _detectors(agent, client, args.study, config), clock.now,
+                                refetch)
             streamer.resume()
-            _run(streamer, store, config, args)
+            _run(streamer, store, config, clock, args)
         finally:
             store.close()
 
 
-def _run(streamer: Streamer, store: StreamStore, config: Any, args: argparse.Namespace
-         ) -> None:
+class _Clock:
+    """The schedule's clock: the calendar (``wall``) or the last tick read (``ticks``)."""
+
+    def __init__(self, params: Any, mode: str, window: int) -> None:
+        self.params, self.mode, self.tick = params, mode, max(window, 0)
+
+    def now(self) -> int:
+        return int(self.params.window_at(time.time())) if self.mode == "wall" else self.tick
+
+    def seconds_left(self) -> float:
+        return float(self.params.window_end(self.now()) - time.time())
+
+
+def _run(streamer: Streamer, store: StreamStore, config: Any, clock: _Clock,
+         args: argparse.Namespace) -> None:
     columns = [f.name for f in config.features]
     labels = LabelsFile(args.labels, store) if args.labels else None
     interactive = bool(args.watch) and sys.stdin.isatty() and sys.stdout.isatty()
     records = (watch(args.watch, columns, args.id_column, once=args.once) if args.watch
                else read_lines(sys.stdin, RecordParser(columns, args.id_column)))
+    events = records if clock.mode == "ticks" else until_deadlines(records, clock.seconds_left)
     out = ScoreWriter(args.out, ["online", *streamer.detectors])
     out.catch_up(store)
     try:
-        for record_id, x in records:
+        for item in events:
             if labels is not None:
                 labels.poll(streamer)
+            if item is None or isinstance(item, Tick):
+                if isinstance(item, Tick) and clock.mode == "ticks":
+                    clock.tick = max(clock.tick, item.window)
+                streamer.advance()  # a window ended: pad it and release it
+                continue
+            record_id, x = item
             scored = streamer.consume(record_id, x)
             if scored is None:
                 continue
@@ -107,8 +141,10 @@ def _run(streamer: Streamer, store: StreamStore, config: Any, args: argparse.Nam
     finally:
         out.close()
     doc = {"study": args.study, **store.counts(), "awaiting_labels": store.n_awaiting(),
-           "weights_version": store.weights()[1]}
-    text = (f"stream {args.study}: {doc['records']} records consumed, {doc['queried']} "
-            f"queried, {doc['labelled']} labelled, {doc['releases']} gradient releases "
-            f"({doc['acknowledged']} acknowledged), online model v{doc['weights_version']}")
+           "window": store.window()[0], "weights_version": store.weights()[1]}
+    text = (f"stream {args.study}: {doc['records']} records consumed ({doc['beyond_slots']} "
+            f"beyond their window's slots, scored only), {doc['queried']} queried, "
+            f"{doc['labelled']} labelled, {doc['releases']} window releases "
+            f"({doc['acknowledged']} acknowledged), window {doc['window']} open, online "
+            f"model v{doc['weights_version']}")
     print(json.dumps(doc) if args.json else text, file=sys.stderr)

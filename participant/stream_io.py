@@ -8,6 +8,8 @@
   read from the offset stored in the cursor, so a restart reads each line once.
 - Scores: CSV appended and flushed per record: ``id``, ``score_<model>`` per model (higher =
   more outlying; ``score_online`` is the classifier's margin), ``queried``.
+- Ticks (``--clock ticks`` only): a JSON line ``{"tick": N}`` says the schedule's clock now
+  reads window ``N`` (tests and replays drive the schedule by observed progress this way).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import csv
 import io
 import json
 import math
+import queue
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,6 +36,13 @@ from participant.stream_store import StreamStore
 _POSITIVE = {"1", "+1", "outlier", "true", "yes"}
 _NEGATIVE = {"0", "-1", "inlier", "false", "no"}
 Record = tuple[str, NDArray[np.float64]]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The schedule clock now reads ``window`` (``--clock ticks``)."""
+
+    window: int
 
 
 class RecordParser:
@@ -56,7 +68,7 @@ class RecordParser:
         rid = doc.get(self.id_column)
         return (f"{self.prefix}#{self.n}" if rid in (None, "") else str(rid)), x
 
-    def parse(self, line: str) -> Record | None:
+    def parse(self, line: str) -> Record | Tick | None:
         text = line.strip()
         if not text:
             return None
@@ -67,6 +79,8 @@ class RecordParser:
                 self.n += 1
                 self.bad += 1
                 return None
+            if isinstance(doc, dict) and set(doc) == {"tick"} and isinstance(doc["tick"], int):
+                return Tick(doc["tick"])
             return self._row(doc) if isinstance(doc, dict) else None
         fields = next(csv.reader(io.StringIO(text)))
         if self.header is None:
@@ -75,7 +89,7 @@ class RecordParser:
         return self._row(dict(zip(self.header, fields, strict=False)))
 
 
-def read_lines(stream: IO[str], parser: RecordParser) -> Iterator[Record]:
+def read_lines(stream: IO[str], parser: RecordParser) -> Iterator[Record | Tick]:
     for line in stream:
         record = parser.parse(line)
         if record is not None:
@@ -83,7 +97,7 @@ def read_lines(stream: IO[str], parser: RecordParser) -> Iterator[Record]:
 
 
 def watch(directory: Path, columns: list[str], id_column: str, *, once: bool,
-          poll: float = 0.5) -> Iterator[Record]:
+          poll: float = 0.5) -> Iterator[Record | Tick]:
     """Records of every (non-dot) file in ``directory``, in name order, as files appear."""
     done: set[str] = set()
     while True:
@@ -97,6 +111,33 @@ def watch(directory: Path, columns: list[str], id_column: str, *, once: bool,
             return
         if not fresh:
             time.sleep(poll)
+
+
+_END = object()
+
+
+def until_deadlines(items: Iterator[Record | Tick], seconds_left: Callable[[], float]
+                    ) -> Iterator[Record | Tick | None]:
+    """``items`` as they arrive (read in a thread), and ``None`` each time ``seconds_left()``
+    runs out first: the wall-clock schedule acts at a window's end even when no record
+    comes."""
+    inbox: queue.Queue[object] = queue.Queue(maxsize=1000)
+
+    def pump() -> None:
+        for item in items:
+            inbox.put(item)
+        inbox.put(_END)
+
+    threading.Thread(target=pump, daemon=True).start()
+    while True:
+        try:
+            item = inbox.get(timeout=max(seconds_left(), 0.0) + 0.01)
+        except queue.Empty:
+            yield None
+            continue
+        if item is _END:
+            return
+        yield item  # type: ignore[misc]
 
 
 def parse_label(text: str) -> int | None:

@@ -6,12 +6,14 @@ Every state change is one transaction, committed *before* its effect can be obse
   written or its label requested (fsync'd first when queried: :meth:`StreamStore.durable`),
   so a restart never re-decides a record (re-spending ``epsilon_select``) and skips records
   already consumed (keyed by record id);
-- a label is folded into the pending batch sum in the same transaction that marks it used, so
-  a record enters at most one batch;
-- a noisy batch sum is stored as the exact request body in the same transaction that empties
-  the pending batch, and re-sent byte for byte until acknowledged; noise is drawn only for a
-  batch that is not yet stored (a draw lost to a crash before its commit was never seen);
-- an epoch's charge is reserved in the participant ledger before its first query decision.
+- a label is stored on its record (queried, in the open window); the window's batch is formed
+  only when the window closes, so a record enters at most one batch (its window's);
+- a window's noisy release is stored as the exact request body in the same transaction that
+  closes the window (unanswered queries resolved as "no answer", records dropped), and re-sent
+  byte for byte until acknowledged; noise is drawn only for a window not yet closed (a draw
+  lost to a crash before its commit was never seen);
+- a schedule window's charge is reserved in the participant ledger before it is opened here,
+  and so before its first query decision.
 
 Nothing here leaves the machine except the stored release bodies.
 """
@@ -34,7 +36,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
     id TEXT PRIMARY KEY, seq INTEGER NOT NULL, queried INTEGER NOT NULL,
-    x BLOB, label INTEGER, scores TEXT NOT NULL
+    x BLOB, label INTEGER, scores TEXT NOT NULL, win INTEGER, slot INTEGER
 );
 CREATE TABLE IF NOT EXISTS waiting_labels (id TEXT PRIMARY KEY, label INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS releases (
@@ -65,6 +67,9 @@ class StreamStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # see durable()
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(records)")}
+        for column in ("win", "slot") if "slot" not in columns else ():  # a pre-schedule file
+            self._db.execute(f"ALTER TABLE records ADD COLUMN {column} INTEGER")
 
     def close(self) -> None:
         self._db.close()
@@ -86,12 +91,6 @@ class StreamStore:
 
     def num(self, key: str) -> int:
         return int(self.get(key, 0))
-
-    def pending(self) -> tuple[Vector, int]:
-        """The open batch's exact gradient sum and labelled count (local only)."""
-        raw = self.get("pending_sum")
-        total = np.zeros(self.dim) if raw is None else _vec(base64.b64decode(raw))
-        return total, self.num("pending_count")
 
     def weights(self, which: str = "weights") -> tuple[Vector, int]:
         """The global iterate (``"weights"``) or iterate average (``"average"``), and the
@@ -122,18 +121,18 @@ class StreamStore:
         return self._db.execute("SELECT 1 FROM records WHERE id=?", (record_id,)).fetchone() \
             is not None
 
-    def decide(self, record_id: str, queried: bool, x: Vector, scores: dict[str, float], *,
-               records_scheme: bool) -> int:
+    def decide(self, record_id: str, queried: bool, x: Vector, scores: dict[str, float],
+               window: int, slot: int | None) -> int:
         """Store a record's query decision and scores (and the record, if queried); returns
-        its seq."""
+        its seq. ``slot`` None: beyond the window's slots (scored, never used for learning)."""
         seq = self.num("seq")
         with self.transaction():
-            self._db.execute("INSERT INTO records VALUES (?,?,?,?,NULL,?)",
+            self._db.execute("INSERT INTO records VALUES (?,?,?,?,NULL,?,?,?)",
                              (record_id, seq, int(queried), _blob(x) if queried else None,
-                              json.dumps(scores)))
+                              json.dumps(scores), window, slot))
             values: dict[str, Any] = {"seq": seq + 1}
-            if records_scheme:
-                values["since_update"] = self.num("since_update") + 1
+            if slot is not None:
+                values["slots"] = slot + 1
             self._set(**values)
         if queried:
             self.durable()
@@ -154,14 +153,15 @@ class StreamStore:
         return int(self._db.execute("SELECT COUNT(*) FROM records WHERE queried=1 AND label "
                                     "IS NULL").fetchone()[0])
 
-    def use_label(self, record_id: str, label: int, gradient: Vector) -> None:
-        """Mark the label used and add its gradient to the open batch, atomically."""
-        total, count = self.pending()
-        with self.transaction():
-            self._db.execute("UPDATE records SET label=?, x=NULL WHERE id=?",
-                             (label, record_id))
-            self._set(pending_sum=base64.b64encode(_blob(total + gradient)).decode(),
-                      pending_count=count + 1)
+    def use_label(self, record_id: str, label: int) -> None:
+        """Keep the reviewer's label (+1/-1) of a queried record of the open window."""
+        self._db.execute("UPDATE records SET label=? WHERE id=?", (label, record_id))
+
+    def window_queried(self, window: int) -> list[tuple[Vector, int | None]]:
+        """``(record, label or None)`` of the window's queried slots."""
+        return [(_vec(x), None if label is None else int(label)) for x, label in
+                self._db.execute("SELECT x, label FROM records WHERE win=? AND queried=1 "
+                                 "AND slot IS NOT NULL ORDER BY seq", (window,))]
 
     def park_label(self, record_id: str, label: int) -> None:
         """A label for a record not consumed yet: kept until that record arrives."""
@@ -183,23 +183,31 @@ class StreamStore:
     def set_labels_offset(self, offset: int) -> None:
         self._set(labels_offset=offset)
 
-    # --- epochs and releases ------------------------------------------------------------
-    def open_epoch(self, epoch: int) -> None:
-        """Record that ``epoch`` is charged (after the ledger reservation)."""
-        self._set(epoch=epoch, epochs_unclaimed=self.num("epochs_unclaimed") + 1)
+    # --- schedule windows and releases -------------------------------------------------
+    def window(self) -> tuple[int, int, int]:
+        """``(open or last window, last closed window, slots used in the open one)``; -1 for
+        none yet."""
+        return int(self.get("window", -1)), int(self.get("closed", -1)), self.num("slots")
 
-    def reset_batch(self) -> None:
-        """Close a batch that holds no label (nothing released)."""
-        self._set(since_update=0)
+    def open_window(self, window: int) -> None:
+        """Record that ``window`` is open (after its ledger reservation)."""
+        self._set(window=window, slots=0)
 
-    def store_release(self, key: str, body: str) -> None:
-        """Store the noisy body and empty the batch, atomically."""
+    def close_window(self, window: int, key: str, body: str) -> None:
+        """Store the window's noisy release and close it, atomically: its unanswered queries
+        are resolved as "no answer" (label 0) and its records are dropped."""
         with self.transaction():
             self._db.execute("INSERT INTO releases VALUES (?,?,?, 'stored')",
                              (key, self.num("releases"), body))
-            self._set(pending_sum=base64.b64encode(_blob(np.zeros(self.dim))).decode(),
-                      pending_count=0, since_update=0, epochs_unclaimed=0,
-                      releases=self.num("releases") + 1)
+            self._db.execute("UPDATE records SET x=NULL, label=COALESCE(label, 0) WHERE win=? "
+                             "AND queried=1", (window,))
+            self._set(closed=window, releases=self.num("releases") + 1)
+        self.durable()
+
+    def replace_release(self, key: str, body: str) -> None:
+        """Re-wrap a stored (never accepted) release under a new config version."""
+        self._db.execute("UPDATE releases SET body=? WHERE key=? AND status='stored'",
+                         (body, key))
         self.durable()
 
     def stored_releases(self) -> list[tuple[str, str]]:
@@ -210,13 +218,16 @@ class StreamStore:
         self._db.execute("UPDATE releases SET status='acknowledged' WHERE key=?", (key,))
 
     def counts(self) -> dict[str, int]:
-        """Local summary: records consumed, queried, labelled, releases made and sent."""
+        """Local summary: records consumed, queried, labelled, beyond their window's slots,
+        releases made and sent."""
         q = self._db.execute
         return {
             "records": self.num("seq"),
             "queried": int(q("SELECT COUNT(*) FROM records WHERE queried=1").fetchone()[0]),
-            "labelled": int(q("SELECT COUNT(*) FROM records WHERE label IS NOT NULL")
+            "labelled": int(q("SELECT COUNT(*) FROM records WHERE label IN (1, -1)")
                             .fetchone()[0]),
+            "beyond_slots": int(q("SELECT COUNT(*) FROM records WHERE slot IS NULL")
+                                .fetchone()[0]),
             "releases": self.num("releases"),
             "acknowledged": int(q("SELECT COUNT(*) FROM releases WHERE status="
                                   "'acknowledged'").fetchone()[0]),

@@ -4,7 +4,8 @@
 - :mod:`common.online.noise`: the noisy mini-batch gradient sum (OpenDP Gaussian).
 - :mod:`common.online.learner`: projected SGD for a linear SVM with both batching schemes.
 - :mod:`common.online.accounting`: the per-record (and so per-stream) privacy charge.
-- :mod:`common.online.params`: the signed config's online section and the epoch charge.
+- :mod:`common.online.params`: the signed config's online section, its schedule and charge.
+- :mod:`common.online.schedule`: a schedule window's single release (padding, the batch).
 - :mod:`common.online.wire`: the gradient release and online model on the wire.
 """
 
@@ -19,7 +20,7 @@ _HOME = {
     "step_size": "learner", "GradientNoise": "noise", "gaussian_scale": "noise",
     "make_gradient_noise": "noise", "ExponentialRule": "query", "QueryRule": "query",
     "RandomizedResponseRule": "query", "bernoulli": "query", "OnlineParams": "params",
-    "to_ball": "params",
+    "to_ball": "params", "pad_queries": "schedule", "window_batch": "schedule",
 }
 
 
@@ -35,6 +36,8 @@ __all__ = [
     "ExponentialRule",
     "OnlineParams",
     "federated_step",
+    "pad_queries",
+    "window_batch",
     "to_ball",
     "GradientNoise",
     "OnlineConfig",

@@ -20,12 +20,19 @@ Plain add/remove *without* a slot is **not** covered at that price: adding one l
 shifts every later ``"labels"`` batch by one record, so each later batch differs in two
 records and the cost grows with the number of later batches. We do not claim it.
 
-The ledger charges that per-slot cost once per **epoch** of ``epoch_records`` arriving
-records, before the epoch's first query decision. One epoch is what the per-slot guarantee
-needs; charging every epoch again makes the ledger total bound a person whose records fall in
-different epochs (at most one per epoch), by basic composition, and lets a cap stop a stream.
-Epsilon is computed in floats (the exponential rule's true epsilon) and rounded *up* to the
-ledger quantum, so the charge is stored exactly and is never below the truth.
+**The public schedule.** The ledger charges that per-slot cost once per *window* of the
+signed schedule: calendar windows of ``window_seconds`` seconds from ``window_origin`` (Unix
+time), each holding ``window_slots`` slots. A window's charge is reserved before its first
+query decision; when the window ends, the stream pads its unused slots with empty records and
+makes exactly one release (all the window's queried slots as one batch; unanswered queries add
+a zero gradient). So the number, order and times of releases and the claimed charges are
+functions of the schedule alone, and the one count the coordinator sees (queried slots) is a
+function of the private query decisions. Records beyond a window's slots are scored but never
+used for learning. One window is what the per-slot guarantee needs; charging every window
+again makes the ledger total bound a person with at most one record per window (basic
+composition) and lets a cap stop a stream. Epsilon is computed in floats (the exponential
+rule's true epsilon) and rounded *up* to the ledger quantum, so the charge is stored exactly
+and is never below the truth.
 """
 
 from __future__ import annotations
@@ -69,10 +76,13 @@ class OnlineParams(BaseModel):
     radius_w: _Pos = Field(default=100.0, description="R: weights are projected into this ball.")
     lam: float = Field(default=1e-3, ge=0, allow_inf_nan=False, description="L2 regulariser.")
     eta0: _Pos = Field(default=10.0, description="Step size eta_t = eta0 / sqrt(t).")
-    batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size (large "
-                       "batches shrink the noise per labelled record; BENCHMARKS.md).")
+    batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size of the "
+                       "pure learner and the benchmarks (large batches shrink the noise per "
+                       "labelled record; BENCHMARKS.md); a stream's batch is a schedule "
+                       "window's queried slots.")
     scheme: Literal["records", "labels"] = Field(
-        default="labels", description="Close a batch after `batch` labels or `batch` records.")
+        default="labels", description="Pure learner: close a batch after `batch` labels or "
+        "`batch` records (a stream closes one per schedule window).")
     query: Literal["exponential", "randomized_response"] = Field(
         default="exponential", description="Private query rule (common.online.query).")
     p: float = Field(default=0.09, gt=0, lt=1, description="Exponential rule: top query "
@@ -85,12 +95,25 @@ class OnlineParams(BaseModel):
                                    "mini-batch gradient sum (OpenDP Gaussian).")
     delta_gradient: _Delta = Field(default=Decimal("0.000001"),
                                    description="Delta of one noisy gradient sum.")
-    epoch_records: int = Field(default=10_000, ge=1, description="Arriving records per "
-                               "charge: the ledger is charged again every epoch.")
+    window_slots: int = Field(default=10_000, ge=1, le=10_000_000, description="Slots per "
+                              "schedule window: one charge and one release per window; unused "
+                              "slots are padded with empty records, records beyond them are "
+                              "scored but not learnt from.")
+    window_seconds: int = Field(default=86_400, ge=1, description="Length of a schedule window "
+                                "(calendar time; 86400: one UTC day).")
+    window_origin: int = Field(default=0, description="Unix time at which window 0 begins.")
     average: bool = Field(default=True, description="Score and query with the running mean "
                           "of the iterates (post-processing of the released steps).")
     step_releases: int = Field(default=1, ge=1, le=1000, description="Coordinator: noisy "
                                "batch sums summed into one SGD step.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "epoch_records" in data:  # configs signed before 0009
+            data = {k: v for k, v in data.items() if k != "epoch_records"} | {
+                "window_slots": data["epoch_records"]}
+        return data
 
     @model_validator(mode="after")
     def _private(self) -> OnlineParams:
@@ -120,8 +143,17 @@ class OnlineParams(BaseModel):
         return online_noise(self.radius_x, float(self.epsilon_gradient),
                             float(self.delta_gradient))
 
+    def window_at(self, unix_time: float) -> int:
+        """Index of the schedule window that holds ``unix_time``."""
+        return math.floor((unix_time - self.window_origin) / self.window_seconds)
+
+    def window_end(self, window: int) -> int:
+        """Unix time at which ``window`` ends (its release is due)."""
+        return self.window_origin + (window + 1) * self.window_seconds
+
     def epoch_cost(self) -> PrivacyBudget:
-        """What one epoch is charged: true selection epsilon + one gradient release."""
+        """What one schedule window is charged: true selection epsilon + one gradient release
+        (the per-slot cost, :mod:`common.online.accounting`)."""
         from common.online.accounting import record_cost
 
         return record_cost(self.rule(), self.noise())

@@ -1,9 +1,9 @@
 """Wire models of streaming mode: a noisy gradient release and the online model it feeds.
 
 A vector travels as base64 of float64 little-endian (``encode_vector``/``decode_vector``).
-Only the noisy batch sum, the batch's labelled count (post-processing of the private query
-decisions), the weights version it was computed against and the claimed charge leave a
-participant.
+Only the noisy batch sum, the batch's count of queried slots (post-processing of the private
+query decisions), the schedule window it closes, the weights version it was computed against
+and the claimed charge (one window's) leave a participant.
 """
 
 from __future__ import annotations
@@ -59,15 +59,14 @@ class OnlineGradientCreate(BaseModel):
     config_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     weights_version: int = Field(strict=True, ge=0,
                                  description="Online model version the gradient was taken at.")
-    count: int = Field(strict=True, ge=1, le=10_000_000,
-                       description="Labelled records in the batch (post-processing of the "
-                       "private query decisions).")
+    window: int = Field(strict=True, ge=0, description="The schedule window this release "
+                        "closes (one release per window, sent once the window has ended).")
+    count: int = Field(strict=True, ge=0, le=10_000_000,
+                       description="Queried slots of the window (post-processing of the "
+                       "private query decisions; 0: the release carries noise only).")
     noisy_sum: str = Field(description="Noisy gradient sum, base64 float64 little-endian.")
-    epochs: int = Field(strict=True, ge=0, le=1_000_000, description="Epoch charges opened "
-                        "since this stream's previous release (the claimed cost is epochs "
-                        "times the config's epoch cost).")
-    epsilon: _Eps = Field(description="Claimed epsilon: epochs x epoch cost.")
-    delta: _Delta = Field(default=Decimal(0), description="Claimed delta: epochs x epoch cost.")
+    epsilon: _Eps = Field(description="Claimed epsilon: one window's charge.")
+    delta: _Delta = Field(default=Decimal(0), description="Claimed delta: one window's charge.")
 
 
 class OnlineGradientPublic(BaseModel):

@@ -1,5 +1,10 @@
 """Streaming mode: store and charge a noisy gradient release, take the SGD step, serve weights.
 
+Releases follow the study's public schedule (docs/ONLINE.md): one per participant and
+schedule window, sent after the window has ended, claiming exactly one window's charge. A
+release for a window that has not ended, for a window at or before the participant's last
+release, or with another claim is refused before anything is stored or charged.
+
 One transaction per release, in this order: the conditional charge on the participant row
 (``services.charge.CHARGE``: active and within both caps, the participant lock), the study's
 online model row (the study lock), the config check under it, the insert, and, once
@@ -12,16 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.errors import ConfigVersionConflict, IdempotencyConflict, InvalidInput, NotFound
+from common.errors import (
+    ConfigVersionConflict,
+    Conflict,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+)
 from common.online.learner import federated_step, running_mean
 from common.online.params import OnlineParams
 from common.online.wire import (
@@ -35,6 +48,9 @@ from coordinator.online_models import OnlineModel, OnlineRelease
 from coordinator.services import charge
 from coordinator.services.contributions import _check_config, _over_budget
 from coordinator.services.studies import study_config
+
+CLOCK_SKEW = 300
+"""Seconds a participant's clock may run ahead of the coordinator's."""
 
 
 @dataclass(frozen=True)
@@ -80,32 +96,54 @@ def _replay(previous: OnlineRelease, digest: str, session: Session) -> Outcome:
 
 def _check_cost(params: OnlineParams, body: OnlineGradientCreate) -> PrivacyBudget:
     claimed = PrivacyBudget(body.epsilon, body.delta)
-    per_epoch = params.epoch_cost()
-    eps, delta = per_epoch.to_units()
-    expected = PrivacyBudget.from_units(eps * body.epochs, delta * body.epochs)
-    if claimed != expected:
-        raise InvalidInput(f"claimed cost {claimed} differs from {body.epochs} epoch(s) at "
-                           f"{per_epoch} each ({expected}) that the study config prescribes")
+    if claimed != (expected := params.epoch_cost()):
+        raise InvalidInput(f"claimed cost {claimed} differs from the one window's charge "
+                           f"{expected} that the study config's schedule prescribes")
     return claimed
+
+
+def _check_window(session: Session, participant: Participant, study: Study,
+                  params: OnlineParams, body: OnlineGradientCreate, now: float) -> None:
+    """One release per window, in window order, only once the window has ended; its count
+    of queried slots cannot exceed the window's slots."""
+    if body.count > params.window_slots:
+        raise InvalidInput(f"count {body.count} exceeds the {params.window_slots} slots of a "
+                           "schedule window")
+    if params.window_end(body.window) > now + CLOCK_SKEW:
+        raise InvalidInput(f"window {body.window} of the schedule has not ended (it ends at "
+                           f"Unix time {params.window_end(body.window)}); a window's release "
+                           "is sent after its end")
+    last = session.scalar(select(func.max(OnlineRelease.schedule_window)).where(
+        OnlineRelease.participant_id == participant.id, OnlineRelease.study_id == study.id))
+    if last is not None and body.window <= last:
+        raise Conflict(f"window {body.window} is not after this participant's last released "
+                       f"window {last}: one release per window, in order", last_window=last)
 
 
 def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
     pending = list(session.scalars(select(OnlineRelease).where(
         OnlineRelease.study_id == model.study_id, OnlineRelease.applied_in.is_(None)
     ).order_by(OnlineRelease.id)))
-    w = decode_vector(model.weights, params.dim)
-    sums = [decode_vector(r.noisy_sum, params.dim) for r in pending]
-    w = federated_step(w, model.version + 1, sums, [r.count for r in pending], params.learner())
-    model.version += 1
-    average = running_mean(decode_vector(model.average, params.dim), w, model.version)
-    model.weights, model.average = encode_vector(w), encode_vector(average)
     model.pending, model.updated_at = 0, utcnow()
+    counted = [r for r in pending if r.count > 0]
+    if counted:  # releases of count 0 (no slot queried) carry noise only: no step on them
+        _apply(model, params, counted)
     for r in pending:
         r.applied_in = model.version
 
 
+def _apply(model: OnlineModel, params: OnlineParams, releases: list[OnlineRelease]) -> None:
+    w = decode_vector(model.weights, params.dim)
+    sums = [decode_vector(r.noisy_sum, params.dim) for r in releases]
+    w = federated_step(w, model.version + 1, sums, [r.count for r in releases],
+                       params.learner())
+    model.version += 1
+    average = running_mean(decode_vector(model.average, params.dim), w, model.version)
+    model.weights, model.average = encode_vector(w), encode_vector(average)
+
+
 def submit(session: Session, participant: Participant, study: Study,
-           body: OnlineGradientCreate) -> Outcome:
+           body: OnlineGradientCreate, clock: Callable[[], float] = time.time) -> Outcome:
     """Validate, charge, store, and step when enough releases are pending."""
     digest = _digest(body)
     previous = _previous(session, participant.id, study.id, body.idempotency_key)
@@ -118,11 +156,7 @@ def submit(session: Session, participant: Participant, study: Study,
     except ValueError as exc:
         raise InvalidInput(f"noisy_sum: {exc}") from exc
     cost = _check_cost(params, body)
-    if body.epochs == 0 and session.scalar(select(OnlineRelease.id).where(
-            OnlineRelease.participant_id == participant.id,
-            OnlineRelease.study_id == study.id).limit(1)) is None:
-        raise InvalidInput("a participant's first gradient release for a study must carry "
-                           "the charge of its first epoch (epochs >= 1)")
+    _check_window(session, participant, study, params, body, clock())
     if (refusal := _over_budget(participant, cost)) is not None:
         raise refusal
     eps, delta = cost.to_units()
@@ -142,7 +176,8 @@ def submit(session: Session, participant: Participant, study: Study,
             study_id=study.id, participant_id=participant.id,
             idempotency_key=body.idempotency_key, request_sha256=digest,
             config_version=body.config_version, weights_version=body.weights_version,
-            count=body.count, noisy_sum=body.noisy_sum, eps_units=eps, delta_units=delta)
+            schedule_window=body.window, count=body.count, noisy_sum=body.noisy_sum,
+            eps_units=eps, delta_units=delta)
         session.add(release)
         model.pending += 1
         session.flush()
@@ -158,8 +193,9 @@ def submit(session: Session, participant: Participant, study: Study,
     except IntegrityError:
         session.rollback()
         previous = _previous(session, participant.id, study.id, body.idempotency_key)
-        if previous is None:
-            raise
+        if previous is None:  # another worker stored this window's release first
+            raise Conflict(f"window {body.window} already has a release from this "
+                           "participant: one release per window") from None
         return _replay(previous, digest, session)
     except ConfigVersionConflict:
         session.rollback()

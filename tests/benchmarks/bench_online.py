@@ -2,21 +2,29 @@
 
 Run from the repository root::
 
-    .venv/bin/python tests/benchmarks/bench_online.py            # all sets, 10 stream orders
-    .venv/bin/python tests/benchmarks/bench_online.py --orders 3 --datasets digits
+    nice -n 10 .venv/bin/python tests/benchmarks/bench_online.py            # 10 stream orders
+    nice -n 10 .venv/bin/python tests/benchmarks/bench_online.py --orders 3 --datasets digits
 
-Prints markdown: test error against labels requested for the private learner (exponential
-query rule, epsilon_s = epsilon_g = 1, delta_g = 1e-6), the non-private online learner that
-labels every record, and a non-private batch linear SVM (sklearn LinearSVC) on the whole
-training stream; then an epsilon sweep. Noise: OpenDP (``common.online.noise``).
+Protocol (no setting is chosen on the test set): each data set is split once into a test
+part and a training part; the training part is split again into a selection part and a
+validation part. Every candidate setting of :data:`GRID` (fixed before any run: label batch,
+step size, weight ball, iterate averaging) runs the private learner (exponential query rule,
+epsilon_s = epsilon_g = 1, delta_g = 1e-6) on streams resampled from the selection part; the
+setting with the lowest mean *validation* error at 500 labels is kept. Only then is it run on
+streams resampled from the whole training part and scored on the test part, over ``--orders``
+stream orders, beside the non-private online learner (every record labelled), a batch linear
+SVM (sklearn LinearSVC) on the training stream, the issue's label batch sizes 1, 2, 5, 10, 20
+and an epsilon sweep 0.25..4. Noise: OpenDP (``common.online.noise``).
 
-Feature scaling uses per-feature min/max of the whole file as a stand-in for a study's public
-bounds (a benchmark convenience; a deployment takes them from the signed config).
+Feature scaling of the ODDS sets uses per-feature min/max of the whole file as a stand-in for
+a study's public bounds (a benchmark convenience; a deployment takes them from the signed
+config). Digits use the public pixel range 0..16.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from dataclasses import dataclass
@@ -28,205 +36,179 @@ from sklearn.svm import LinearSVC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from common.online import (  # noqa: E402
-    ExponentialRule,
-    GradientNoise,
-    OnlineConfig,
-    OnlineParams,
-    OnlineSVM,
-    make_gradient_noise,
-    record_cost,
-)
+from common.online import OnlineConfig, OnlineParams, OnlineSVM  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 CHECKPOINTS = (50, 100, 200, 300, 500)
-P_QUERY, RADIUS_W, ETA0, LAM, DELTA = 0.1, 10.0, 1.0, 1e-3, 1e-6
+STREAM = 6000
+GRID = {"batch": (10, 50, 100, 250), "steps": ((10.0, 1.0), (100.0, 10.0)),
+        "average": (True, False)}
+"""Candidates, fixed a priori: (R, eta0) pairs are the two step regimes tried before."""
 
 
 @dataclass
-class Stream:
+class Split:
     name: str
-    X: np.ndarray  # training stream rows, in the unit ball, last feature a constant (bias)
+    X: np.ndarray  # rows in the unit ball, last feature a constant (bias)
     y: np.ndarray  # -1 / +1
-    Xt: np.ndarray
-    yt: np.ndarray
+    test: np.ndarray
+    select: np.ndarray
+    valid: np.ndarray
     note: str
+
+    @property
+    def train(self) -> np.ndarray:
+        return np.concatenate([self.select, self.valid])
 
 
 def to_ball(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Map features to [-1, 1] with public bounds, add a bias feature, scale into the unit ball."""
     span = np.where(hi > lo, hi - lo, 1.0)
-    Z = np.hstack([2 * (X - lo) / span - 1, np.ones((len(X), 1))])
+    Z = np.hstack([2 * (np.clip(X, lo, hi) - lo) / span - 1, np.ones((len(X), 1))])
     return Z / np.sqrt(Z.shape[1])
 
 
-def split(name: str, X: np.ndarray, y: np.ndarray, n_test: int, note: str) -> Stream:
-    rng = np.random.default_rng(0)  # split only, not noise
-    perm = rng.permutation(len(y))
-    Z = to_ball(X, X.min(axis=0), X.max(axis=0))
-    t, s = perm[:n_test], perm[n_test:]
-    return Stream(name, Z[s], y[s], Z[t], y[t], note)
+def make_split(name: str, Z: np.ndarray, y: np.ndarray, n_test: int, note: str) -> Split:
+    perm = np.random.default_rng(0).permutation(len(y))  # split only, never noise
+    test, train = perm[:n_test], perm[n_test:]
+    n_valid = max(len(train) // 5, 50)
+    return Split(name, Z, y, test, train[n_valid:], train[:n_valid], note)
 
 
-def load(name: str) -> Stream | None:
+def load(name: str) -> Split | None:
     if name == "digits":
         d = load_digits()
         keep = np.isin(d.target, [0, 9])
-        X, y = d.data[keep], np.where(d.target[keep] == 0, 1, -1)
-        lo, hi = np.zeros(64), np.full(64, 16.0)  # pixel range: public
-        Z = to_ball(X, lo, hi)
-        rng = np.random.default_rng(0)
-        perm = rng.permutation(len(y))
-        t, s = perm[:108], perm[108:]
-        reps = rng.choice(s, size=6000)  # 250 records resampled: see the note
-        return Stream(
-            "digits 0 vs 9",
-            Z[reps],
-            y[reps],
-            Z[t],
-            y[t],
-            "250 training records resampled into a 6000-record stream",
-        )
+        Z = to_ball(d.data[keep], np.zeros(64), np.full(64, 16.0))  # pixel range: public
+        return make_split("digits 0 vs 9", Z, np.where(d.target[keep] == 0, 1, -1), 108,
+                          "scikit-learn's digits, 0 (+1) against 9")
     path = DATA / f"{name}.npz"
     if not path.exists():
         return None
     f = np.load(path)
     X, y = f["X"], np.where(f["y"] == 1, 1, -1)
     if name == "http":
-        rng = np.random.default_rng(1)
-        pick = rng.choice(len(y), size=26_000, replace=False)
-        return split(
-            "http (KDD99)",
-            X[pick],
-            y[pick],
-            6000,
-            "26 000 rows drawn from 567 498; 0.4 % positives",
-        )
-    return split(name, X, y, 1603, f"ODDS {name}: {len(y)} rows, {y.mean() * 50 + 50:.1f} % +1")
+        pick = np.random.default_rng(1).choice(len(y), size=26_000, replace=False)
+        X, y = X[pick], y[pick]
+    Z = to_ball(X, X.min(axis=0), X.max(axis=0))
+    return make_split(name, Z, y, len(y) // 5, f"ODDS {name}: {len(y)} rows, "
+                      f"{(y == 1).mean() * 100:.1f} % +1")
 
 
-def errors_at(svm: OnlineSVM, s: Stream, order: np.ndarray, marks: tuple[int, ...]) -> list[float]:
-    """Run one stream order; test error each time the label count crosses a mark."""
+def error(w: np.ndarray, Z: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.where(Z @ w >= 0, 1, -1) != y))
+
+
+def run_once(svm: OnlineSVM, X: np.ndarray, y: np.ndarray, Xe: np.ndarray, ye: np.ndarray
+             ) -> list[float]:
+    """One stream; evaluation error each time the label count crosses a checkpoint, then
+    at the end of the stream."""
     out: list[float] = []
-    for i in order:
-        svm.step(s.X[i], lambda i=i: int(s.y[i]))
-        if len(out) < len(marks) and svm.queried_ >= marks[len(out)]:
-            out.append(float(np.mean(np.where(s.Xt @ svm.coef_ >= 0, 1, -1) != s.yt)))
-    last = float(np.mean(np.where(s.Xt @ svm.coef_ >= 0, 1, -1) != s.yt))
-    return out + [last] * (len(marks) - len(out)) + [last]
+    for x, label in zip(X, y, strict=True):
+        svm.step(x, lambda label=label: int(label))
+        if len(out) < len(CHECKPOINTS) and svm.queried_ >= CHECKPOINTS[len(out)]:
+            out.append(error(svm.coef_, Xe, ye))
+    last = error(svm.coef_, Xe, ye)
+    return out + [last] * (len(CHECKPOINTS) - len(out)) + [last]
 
 
-def run(
-    s: Stream,
-    orders: list[np.ndarray],
-    cfg: OnlineConfig,
-    rule: ExponentialRule | None,
-    noise: GradientNoise | None,
-) -> tuple[np.ndarray, float]:
+def run(s: Split, pool: np.ndarray, evaluate: np.ndarray, orders: int, cfg: OnlineConfig,
+        params: OnlineParams | None) -> tuple[np.ndarray, float]:
+    """Mean error (%) per checkpoint over ``orders`` streams resampled from ``pool``."""
+    rng = np.random.default_rng(2)  # stream orders only
     errs, rates = [], []
-    for order in orders:
-        svm = OnlineSVM(cfg, rule, noise)
-        errs.append(errors_at(svm, s, order, CHECKPOINTS))
+    for _ in range(orders):
+        rows = rng.choice(pool, size=STREAM)
+        svm = OnlineSVM(cfg, *((params.rule(), params.noise()) if params else (None, None)))
+        errs.append(run_once(svm, s.X[rows], s.y[rows], s.X[evaluate], s.y[evaluate]))
         rates.append(svm.queried_ / svm.seen_)
     return 100 * np.mean(errs, axis=0), 100 * float(np.mean(rates))
 
 
-def improved(s: Stream, orders: list[np.ndarray], d: int, marks: str, dim_ok: str) -> None:
-    """Large label batches, larger steps and iterate averaging (the streaming defaults)."""
-    p = OnlineParams(dim=d)  # defaults: labels 250, R = 100, eta0 = 10, p = 0.09, averaged
-    rule, noise = p.rule(), p.noise()
-    print(f"\nLarge batches with iterate averaging (the `OnlineParams` defaults: exponential "
-          f"rule p = {p.p}, bound R*M = {p.radius_w * p.radius_x:g}, true eps_s = "
-          f"{rule.epsilon():.4f}; eta0 = {p.eta0:g}, lambda = {p.lam:g}; charge "
-          f"{p.epoch_cost()}):\n")
-    print(f"| learner | batching | queried % | {marks} | end of stream |\n{dim_ok}")
-    base = p.learner()
-    plain = OnlineConfig(**{**base.__dict__, "batch": 1, "average": False})
-    err, rate = run(s, orders, plain, None, None)
-    print(f"| non-private online, labels all, R = 100, eta0 = 10 | 1 | {rate:.1f} | {fmt(err)} |")
-    for b, avg in ((250, True), (250, False), (125, True), (100, True), (500, True)):
-        cfg = OnlineConfig(**{**base.__dict__, "batch": b, "average": avg})
-        err, rate = run(s, orders, cfg, rule, noise)
-        what = "averaged" if avg else "last iterate"
-        print(f"| private eps 1+1, {what} | labels {b} | {rate:.1f} | {fmt(err)} |")
-    print("\nEpsilon sweep with these settings (eps_s = eps_g = eps, labels 250, averaged):\n")
-    print(f"| eps_s = eps_g | queried % | {marks} | end of stream |\n{dim_ok[4:]}")
-    for eps in ("0.25", "0.5", "1", "2", "4"):
-        q = OnlineParams(dim=d, epsilon_select=eps, epsilon_gradient=eps)
-        err, rate = run(s, orders, q.learner(), q.rule(), q.noise())
-        print(f"| {eps} | {rate:.1f} | {fmt(err)} |")
+def candidate(d: int, batch: int, steps: tuple[float, float], average: bool,
+              eps: str = "1") -> OnlineParams:
+    return OnlineParams(dim=d, batch=batch, radius_w=steps[0], eta0=steps[1], average=average,
+                        epsilon_select=eps, epsilon_gradient=eps)
 
 
 def fmt(row: np.ndarray) -> str:
     return " | ".join(f"{v:.1f}" for v in row)
 
 
+def table_head(first: str) -> str:
+    marks = " | ".join(f"{m} labels" for m in CHECKPOINTS)
+    return (f"| {first} | queried % | {marks} | end of stream |\n"
+            + "|---" * (len(CHECKPOINTS) + 3) + "|")
+
+
+def select(s: Split, d: int, orders: int) -> OnlineParams:
+    """Pick the candidate with the lowest mean validation error at 500 labels."""
+    print(f"Selection: private learner (eps 1+1) on streams from {len(s.select)} selection "
+          f"records, error on {len(s.valid)} validation records, {orders} orders:\n")
+    print(table_head("batch, R, eta0, averaged"))
+    best: tuple[float, OnlineParams] | None = None
+    for batch, steps, avg in itertools.product(*GRID.values()):
+        p = candidate(d, batch, steps, avg)
+        err, rate = run(s, s.select, s.valid, orders, p.learner(), p)
+        print(f"| {batch}, {steps[0]:g}, {steps[1]:g}, {avg} | {rate:.1f} | {fmt(err)} |")
+        if best is None or err[-2] < best[0]:
+            best = (float(err[-2]), p)
+    assert best is not None
+    return best[1]
+
+
+def report(s: Split, orders: int, select_orders: int) -> None:
+    d = s.X.shape[1]
+    train = s.train
+    print(f"\n### {s.name} (d = {d} with bias; {len(train)} training records resampled into "
+          f"{STREAM}-record streams, {len(s.test)} test; {s.note})\n")
+    chosen = select(s, d, select_orders)
+    print(f"\nChosen on validation: labels batch {chosen.batch}, R = {chosen.radius_w:g}, "
+          f"eta0 = {chosen.eta0:g}, averaged = {chosen.average}; exponential rule p = "
+          f"{chosen.p}, true eps_s = {chosen.rule().epsilon():.4f}; charge per slot "
+          f"{chosen.epoch_cost()}.\n")
+    svc = LinearSVC().fit(s.X[train], s.y[train])
+    print(f"Test error, {orders} stream orders from all {len(train)} training records; batch "
+          f"LinearSVC on the training records: "
+          f"{100 * np.mean(svc.predict(s.X[s.test]) != s.y[s.test]):.1f} %.\n")
+    print(table_head("learner"))
+    base = chosen.learner()
+    for steps in dict.fromkeys([(base.radius_w, base.eta0), *GRID["steps"]]):
+        plain = OnlineConfig(**{**base.__dict__, "batch": 1, "average": False,
+                                "radius_w": steps[0], "eta0": steps[1]})
+        err, rate = run(s, train, s.test, orders, plain, None)
+        print(f"| non-private online, every record labelled, R = {steps[0]:g}, eta0 = "
+              f"{steps[1]:g} | {rate:.1f} | {fmt(err)} |")
+    for b in (chosen.batch, 1, 2, 5, 10, 20):
+        p = candidate(d, b, (chosen.radius_w, chosen.eta0), chosen.average)
+        err, rate = run(s, train, s.test, orders, p.learner(), p)
+        tag = " (chosen)" if b == chosen.batch else ""
+        print(f"| private eps 1+1, labels {b}{tag} | {rate:.1f} | {fmt(err)} |")
+    print(f"\nEpsilon sweep (eps_s = eps_g = eps, the chosen settings):\n\n"
+          f"{table_head('eps_s = eps_g')}")
+    for eps in ("0.25", "0.5", "1", "2", "4"):
+        p = candidate(d, chosen.batch, (chosen.radius_w, chosen.eta0), chosen.average, eps)
+        err, rate = run(s, train, s.test, orders, p.learner(), p)
+        print(f"| {eps} | {rate:.1f} | {fmt(err)} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--orders", type=int, default=10)
+    ap.add_argument("--orders", type=int, default=10, help="test stream orders (10)")
+    ap.add_argument("--select-orders", type=int, default=10,
+                    help="stream orders per candidate in the selection (10)")
     ap.add_argument("--datasets", nargs="*", default=["digits", "mnist", "http"])
     args = ap.parse_args()
-    marks = " | ".join(f"{m} labels" for m in CHECKPOINTS)
-    dim_ok = "|---" * (len(CHECKPOINTS) + 4) + "|"
     start = time.process_time()
     for name in args.datasets:
         s = load(name)
         if s is None:
             print(f"\n{name}: not found under {DATA}, skipped")
             continue
-        d = s.X.shape[1]
-        rng = np.random.default_rng(2)  # stream orders only
-        orders = [rng.permutation(len(s.y)) for _ in range(args.orders)]
-        batch_err = 100 * np.mean(LinearSVC().fit(s.X, s.y).predict(s.Xt) != s.yt)
-        print(
-            f"\n### {s.name} (d = {d} with bias; {len(s.y)} stream records, "
-            f"{len(s.yt)} test; {s.note})\n"
-        )
-        print(f"Batch LinearSVC on all {len(s.y)} labelled records: test error {batch_err:.1f} %.")
-        rule = ExponentialRule.for_epsilon(P_QUERY, RADIUS_W, 1.0)
-        noise = make_gradient_noise(1.0, 1.0, DELTA)
-        cost = record_cost(rule, noise)
-        print(
-            f"Private: exponential rule p = {rule.p}, b = {rule.b:.4f}, bound R*M = "
-            f"{rule.bound:g} (true eps_s = {rule.epsilon():.4f}); Gaussian scale "
-            f"{noise.scale:.3f} for sensitivity 2M = 2 (eps_g = 1, delta_g = {DELTA:g}); "
-            f"charge per record = per stream = ({cost.epsilon.normalize()}, "
-            f"{cost.delta.normalize()}).\n"
-        )
-        print(f"| learner | batching | queried % | {marks} | end of stream |\n{dim_ok}")
-        plain = OnlineConfig(dim=d, radius_w=RADIUS_W, lam=LAM, eta0=ETA0, batch=1)
-        err, rate = run(s, orders, plain, None, None)
-        print(f"| non-private online, labels all | 1 | {rate:.1f} | {fmt(err)} |")
-        big = OnlineConfig(dim=d, radius_w=1000.0, lam=1e-4, eta0=100.0, batch=1)
-        err, rate = run(s, orders, big, None, None)
-        print(f"| same, R = 1000, eta0 = 100, lambda = 1e-4 | 1 | {rate:.1f} | {fmt(err)} |")
-        err, rate = run(s, orders, plain, rule, None)
-        print(f"| non-private online, private query rule | 1 | {rate:.1f} | {fmt(err)} |")
-        for scheme, sizes in (("records", (5,)), ("labels", (1, 2, 5, 10, 20))):
-            for b in sizes:
-                cfg = OnlineConfig(
-                    dim=d, radius_w=RADIUS_W, lam=LAM, eta0=ETA0, batch=b, scheme=scheme
-                )  # type: ignore[arg-type]
-                err, rate = run(s, orders, cfg, rule, noise)
-                print(f"| private eps 1+1 | {scheme} {b} | {rate:.1f} | {fmt(err)} |")
-        improved(s, orders, d, marks, dim_ok)
-        print("\nEpsilon sweep (eps_s = eps_g = eps, labels batch 10):\n")
-        print(f"| eps_s = eps_g | queried % | {marks} | end of stream |\n{dim_ok[4:]}")
-        for eps in (0.25, 0.5, 1.0, 2.0, 4.0):
-            cfg = OnlineConfig(dim=d, radius_w=RADIUS_W, lam=LAM, eta0=ETA0, batch=10)
-            err, rate = run(
-                s,
-                orders,
-                cfg,
-                ExponentialRule.for_epsilon(P_QUERY, RADIUS_W, eps),
-                make_gradient_noise(1.0, eps, DELTA),
-            )
-            print(f"| {eps:g} | {rate:.1f} | {fmt(err)} |")
-    print(
-        f"\nCPU time: {time.process_time() - start:.0f} s; {args.orders} stream orders; "
-        "errors in %, mean over orders; a learner that never reaches a label count shows "
-        "its end-of-stream error there."
-    )
+        report(s, args.orders, args.select_orders)
+    print(f"\nCPU time: {time.process_time() - start:.0f} s; errors in %, mean over stream "
+          "orders; a learner that never reaches a label count shows its end-of-stream error "
+          "there.")
 
 
 if __name__ == "__main__":

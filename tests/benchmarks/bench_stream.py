@@ -8,7 +8,8 @@ Run from the repository root (a real coordinator process on loopback, real CLI p
    whole process, start-up included).
 2. ``stream`` on the same N records as JSON lines on stdin, as fast as it reads them: records
    per second (same accounting), with LSH iTables and the online classifier scoring, the
-   reviewer's labels file in use and noisy gradient releases going out on schedule.
+   reviewer's labels file in use and one noisy gradient release per schedule window going out
+   (``--clock ticks``: a tick line after every ``WINDOW`` records ends a window).
 3. ``stream`` fed at a fixed pace (``--pace`` records per second, below its throughput):
    arrival-to-score latency, from the moment a record's line is written to the stream's stdin
    to the moment its score line is in the output file (median, 99th percentile, max).
@@ -34,6 +35,17 @@ from participant.simulate import _free_port, start_coordinator  # noqa: E402
 
 EXE = [sys.executable, "-m", "participant.cli", "--no-progress"]
 D = 8
+WINDOW = 1000
+
+
+def with_ticks(lines: list[str], first: int) -> list[str]:
+    """A tick line (window ``first``, ``first + 1``, ...) after every ``WINDOW`` records."""
+    out: list[str] = []
+    for i, line in enumerate(lines, 1):
+        out.append(line)
+        if i % WINDOW == 0:
+            out.append(json.dumps({"tick": first + i // WINDOW - 1}) + "\n")
+    return out
 
 
 def setup(work: Path, n: int) -> tuple[object, list[str], Path, Path, Path]:
@@ -43,7 +55,8 @@ def setup(work: Path, n: int) -> tuple[object, list[str], Path, Path, Path]:
     api.post("/v1/studies", json={
         "study_id": "bench", "features": [{"name": f, "lo": 0.0, "hi": 1.0} for f in names],
         "lsh": {"n_tables": 50, "sample_size": 16}, "privacy": {"epsilon_lsh": "1"},
-        "online": {"dim": D + 1, "batch": 20, "p": 0.09}}).raise_for_status()
+        "online": {"dim": D + 1, "p": 0.09, "window_slots": WINDOW,
+                   "window_seconds": 60}}).raise_for_status()
     token = api.post("/v1/participants", json={"name": "h1", "epsilon_cap": "100",
                                                "delta_cap": "0.001"}).json()["token"]
     api.post("/v1/studies/bench/members", json={"participant": "h1"}).raise_for_status()
@@ -81,8 +94,8 @@ def paced_latency(state: list[str], lines: list[str], labels: Path, out: Path, p
     """Write ``lines[0]`` and wait for its score line (start-up done), then the rest at
     ``pace``/s; returns each later record's latency and the times its score line appeared."""
     proc = subprocess.Popen([*EXE, *state, "stream", "bench", "--out", str(out), "--labels",
-                             str(labels)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                             str(labels), "--clock", "ticks"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sent: list[float] = []
     seen: list[float] = []
     stop = threading.Event()
@@ -91,7 +104,9 @@ def paced_latency(state: list[str], lines: list[str], labels: Path, out: Path, p
         while not out.exists():
             time.sleep(0.0005)
         with out.open() as fh:
-            fh.readline()  # header
+            header = ""
+            while not header.endswith("\n"):  # the file may exist before its header is in
+                header += fh.readline() or (time.sleep(0.0002) or "")
             buf = ""
             while len(seen) < len(lines) and not (stop.is_set() and not buf):
                 chunk = fh.readline()
@@ -115,7 +130,8 @@ def paced_latency(state: list[str], lines: list[str], labels: Path, out: Path, p
     for i, line in enumerate(lines[1:]):
         while time.perf_counter() < start + i / pace:
             pass
-        sent.append(time.perf_counter())
+        if not line.startswith('{"tick"'):  # a tick ends a window: no score line
+            sent.append(time.perf_counter())
         proc.stdin.write(line)
         proc.stdin.flush()
     proc.stdin.close()
@@ -141,18 +157,25 @@ def main() -> None:
                          "--output", str(work / "scores.csv")])
         prof = [sys.executable, "-m", "cProfile", "-o", str(work / "stream.prof"), "-m",
                 "participant.cli", "--no-progress"]
-        t_stream = timed([*(prof if args.profile else EXE), *state, "stream", "bench",
-                          "--out", str(work / "s1.csv"), "--labels", str(labels)], jsonl)
         lines = jsonl.read_text().splitlines(keepends=True)
+        windows = -(-n // WINDOW)
+        ticked = work / "ticked.jsonl"
+        ticked.write_text("".join(with_ticks(lines, 1)))
+        t_stream = timed([*(prof if args.profile else EXE), *state, "stream", "bench",
+                          "--out", str(work / "s1.csv"), "--labels", str(labels), "--clock",
+                          "ticks"], ticked)
         fast = [line.replace('"id": "r', '"id": "q') for line in lines]
-        _, seen = paced_latency(state, fast, labels, work / "s3.csv", 1e9)
+        _, seen = paced_latency(state, with_ticks(fast, windows + 1), labels,
+                                work / "s3.csv", 1e9)
         steady = (len(seen) - 1) / (seen[-1] - seen[0])
         fresh = [line.replace('"id": "r', '"id": "p') for line in lines[: args.paced_records]]
-        lat, _ = paced_latency(state, fresh, labels, work / "s2.csv", args.pace)
+        lat, _ = paced_latency(state, with_ticks(fresh, 2 * windows + 1), labels,
+                               work / "s2.csv", args.pace)
     finally:
         proc.terminate()  # type: ignore[attr-defined]
     print(f"\n{n} records, {D} features, 50 LSH tables + the online classifier "
-          f"(labels batch 20, p = 0.09); wall time of each CLI process, start-up included.\n")
+          f"(p = 0.09, one noisy release per window of {WINDOW} records, closed by a tick); "
+          "wall time of each CLI process, start-up included.\n")
     print("| command | records/s | wall s |\n|---|---|---|")
     print(f"| score (batch, CSV file) | {n / t_score:,.0f} | {t_score:.1f} |")
     print(f"| stream (JSON lines on stdin, unpaced) | {n / t_stream:,.0f} | {t_stream:.1f} |")

@@ -126,3 +126,26 @@ def test_whole_stream_privacy_on_neighbouring_streams() -> None:
     unprojected = OnlineConfig(**{**params.learner().__dict__, "radius_x": 100.0})
     c = run(np.array([0.0, 40.0]), unprojected)
     assert hockey_stick(b, c, charged) > 0.05
+
+
+def test_schedule_windows_follow_the_public_calendar() -> None:
+    params = OnlineParams(dim=3, window_seconds=60, window_origin=120)
+    assert [params.window_at(t) for t in (0, 119.9, 120, 179.9, 180)] == [-2, -1, 0, 0, 1]
+    assert params.window_end(0) == 180
+    legacy = OnlineParams.model_validate({"dim": 3, "epoch_records": 70})  # signed before
+    assert legacy.window_slots == 70
+
+
+def test_window_batch_counts_every_queried_slot_and_pads_with_empty_records() -> None:
+    from common.online import ExponentialRule, pad_queries, window_batch
+
+    z1, z2, z3 = np.array([0.6, 0.0]), np.array([0.0, 0.8]), np.array([0.3, 0.4])
+    rule = ExponentialRule(p=0.3, b=0.1, bound=10.0)
+    total, count = window_batch(np.zeros(2), [(z1, 1), (z2, None), (z3, -1)], 0, rule)
+    np.testing.assert_allclose(total, -z1 + z3)  # unanswered: zero gradient, still counted
+    assert count == 3
+    n = 4000
+    padded = pad_queries(rule, n)  # empty records: margin 0, queried with q(0) = p
+    assert abs(padded - 0.3 * n) < 5 * math.sqrt(n * 0.3 * 0.7)
+    with pytest.raises(ValueError, match=">= 0"):
+        pad_queries(rule, -1)

@@ -1,5 +1,5 @@
 """Online gradient releases (SQLite and PostgreSQL): per-step sums over participants, the
-iterate average, charges, refusals before anything is stored."""
+iterate average, charges, the schedule's claims, refusals before anything is stored."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from common.online import OnlineParams, federated_step, running_mean
 from common.online.wire import decode_vector, encode_vector
 from common.signing import SignedConfig
 
-ONLINE = {"dim": 4, "batch": 5, "step_releases": 2, "lam": 0.1}
+ONLINE = {"dim": 4, "batch": 5, "step_releases": 2, "lam": 0.1, "window_seconds": 60}
+"""Window 0 ended in 1970: every small window index is in the past."""
 URL = "/v1/studies/s1/online/gradients"
 
 
@@ -30,16 +31,13 @@ def signed(client, coord_kit, members):
     return r.json()["config"]
 
 
-def body(signed, key: str, noisy_sum, count: int, epochs: int = 1) -> dict:
-    cost = OnlineParams(**ONLINE).epoch_cost()
-    eps, delta = (u * epochs for u in cost.to_units())
-    from common.budget import PrivacyBudget
-
-    claim = PrivacyBudget.from_units(eps, delta)
+def body(signed, key: str, noisy_sum, count: int, window: int = 0) -> dict:
+    claim = OnlineParams(**ONLINE).epoch_cost()
     return {"idempotency_key": key * 16, "config_version": 1,
             "config_digest": SignedConfig.model_validate(signed).digest(),
-            "weights_version": 0, "count": count, "noisy_sum": encode_vector(noisy_sum),
-            "epochs": epochs, "epsilon": str(claim.epsilon), "delta": str(claim.delta)}
+            "weights_version": 0, "window": window, "count": count,
+            "noisy_sum": encode_vector(noisy_sum), "epsilon": str(claim.epsilon),
+            "delta": str(claim.delta)}
 
 
 def test_releases_of_two_participants_make_one_step(client, signed, members):
@@ -71,9 +69,10 @@ def test_refusals_store_and_charge_nothing(client, signed, members):
         ({**body(signed, "c", np.ones(4), 1), "epsilon": "1"}, 422),
         (body(signed, "c", np.ones(5), 1), 422),
         ({**body(signed, "c", np.ones(4), 1), "noisy_sum": "%%%"}, 422),
-        ({**body(signed, "c", np.ones(4), 1), "count": 0}, 422),
-        (body(signed, "c", np.ones(4), 1, epochs=0), 422),  # a first release is charged
-        (body(signed, "c", np.ones(4), 1, epochs=6), 409),  # past the cap of 10
+        ({**body(signed, "c", np.ones(4), 1), "count": -1}, 422),
+        (body(signed, "c", np.ones(4), 10_001), 422),  # more than a window's 10 000 slots
+        ({**body(signed, "c", np.ones(4), 1), "epochs": 1}, 422),  # claims are per window
+        (body(signed, "c", np.ones(4), 1, window=10**9), 422),  # a window not ended yet
         ({**body(signed, "c", np.ones(4), 1), "config_version": 2}, 409),
     ]
     for doc, status in bad:
@@ -83,6 +82,24 @@ def test_refusals_store_and_charge_nothing(client, signed, members):
                   if b["participant"] == "h1")
     assert budget["epsilon_spent"] == "0" and budget["entries"] == []
     assert client.get("/v1/studies/s1/online/model", headers=ADMIN).json()["pending"] == 0
+
+
+def test_one_release_per_window_in_order_and_noise_only_windows(client, signed, members):
+    h1 = members[0].headers
+    assert client.post(URL, json=body(signed, "d", np.ones(4), 2, window=5),
+                       headers=h1).status_code == 201
+    for window, status, detail in ((5, 409, "not after"), (3, 409, "not after")):
+        r = client.post(URL, json=body(signed, "e", np.ones(4), 2, window=window), headers=h1)
+        assert (r.status_code, detail in r.json()["detail"]) == (status, True), r.text
+    empty = client.post(URL, json=body(signed, "f", np.ones(4), 0, window=6), headers=h1)
+    assert empty.status_code == 201  # no slot queried: charged, stored, no step on it
+    model = client.get("/v1/studies/s1/online/model", headers=ADMIN).json()
+    step = federated_step(np.zeros(4), 1, [np.ones(4)], [2], OnlineParams(**ONLINE).learner())
+    assert (model["version"], model["pending"]) == (1, 0)  # one step, on window 5 alone
+    np.testing.assert_allclose(decode_vector(model["weights"], 4), step)
+    budget = next(b for b in client.get("/v1/admin/budget", headers=ADMIN).json()
+                  if b["participant"] == "h1")
+    assert budget["epsilon_spent"] == "4"  # two windows at 2 each; refusals cost nothing
 
 
 def test_a_study_without_an_online_section_has_no_online_model(client, make_study, members):

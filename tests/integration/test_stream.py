@@ -1,5 +1,6 @@
-"""`fedod-participant stream` against a real coordinator process: scores, labels, releases,
-the online model, a kill and restart, and a cap reached mid-stream."""
+"""`fedod-participant stream` against a real coordinator process: scores, labels, one release
+per schedule window (the clock driven by ticks in the input), the online model, a kill and
+restart, and a cap reached mid-stream."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from participant.agent import Agent
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": n, "lo": 0.0, "hi": 1.0} for n in ("a", "b", "c")]
-ONLINE = {"dim": 4, "batch": 5, "p": 0.5, "epoch_records": 1000}
+ONLINE = {"dim": 4, "batch": 5, "p": 0.5, "window_slots": 1000, "window_seconds": 60}
+TICK = '{"tick": 1}\n'  # window 0 (in 1970) has ended: close and release it
 N = 200
 
 
@@ -37,7 +39,7 @@ def setup(coord, tmp_path: Path, study: str, name: str, *, cap: str = "50", onli
     y = np.where(X[:, 0] + X[:, 1] > 1.2, 1, 0)
     records = tmp_path / "records.jsonl"
     docs = [{"id": f"r{i}", "a": x[0], "b": x[1], "c": x[2]} for i, x in enumerate(X.tolist())]
-    records.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    records.write_text("".join(json.dumps(d) + "\n" for d in docs) + TICK)
     labels = tmp_path / "labels.csv"
     labels.write_text("".join(f"r{i},{v}\n" for i, v in enumerate(y)))
     return state, records, labels
@@ -47,7 +49,7 @@ def stream(state: Path, study: str, records: Path, out: Path, labels: Path, **kw
     with records.open() as stdin:
         return subprocess.Popen(
             [EXE, "--state", str(state), "--json", "stream", study, "--out", str(out),
-             "--labels", str(labels)], stdin=stdin, stdout=subprocess.PIPE,
+             "--labels", str(labels), "--clock", "ticks"], stdin=stdin, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -71,13 +73,13 @@ def test_stream_scores_every_record_and_releases_noisy_batches(participant_coord
         set(rows[0]) == {"id", "score_online", "queried"}
     queried = sum(int(r["queried"]) for r in rows)
     assert summary["queried"] == queried and summary["labelled"] == queried
-    assert summary["releases"] == queried // 5 == summary["acknowledged"]
+    assert summary["releases"] == 1 == summary["acknowledged"] and summary["window"] == 1
     model = coord.admin("GET", "/v1/studies/st-flow/online/model")
-    assert model["version"] == summary["releases"] == summary["weights_version"]
-    budget = coord.budget("hosp-st-flow")  # one epoch: (true eps_s + eps_g, delta_g)
+    assert model["version"] == 1 == summary["weights_version"]
+    budget = coord.budget("hosp-st-flow")  # window 0: (true eps_s + eps_g, delta_g)
     assert budget["epsilon_spent"] == "2" and budget["delta_spent"] == "0.000001"
-    with Agent(state).ledger() as ledger:
-        assert str(ledger.spent().epsilon.normalize()) == "2"
+    with Agent(state).ledger() as ledger:  # and window 1, opened (charged) after it
+        assert str(ledger.spent().epsilon.normalize()) == "4"
 
 
 def count_lines(path: Path) -> int:
@@ -91,7 +93,7 @@ def test_kill_and_restart_mid_stream_respends_nothing_and_skips_nothing(
     state, records, labels = setup(coord, tmp_path, "st-kill", "hosp-st-kill")
     out = tmp_path / "scores.csv"
     proc = subprocess.Popen([EXE, "--state", str(state), "stream", "st-kill", "--out", str(out),
-                             "--labels", str(labels)], stdin=subprocess.PIPE,
+                             "--labels", str(labels), "--clock", "ticks"], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdin is not None
     proc.stdin.write("".join(records.read_text().splitlines(keepends=True)[:100]))
@@ -113,37 +115,37 @@ def test_kill_and_restart_mid_stream_respends_nothing_and_skips_nothing(
     queried = sum(int(r["queried"]) for r in rows)
     assert summary["records"] == N and summary["queried"] == queried
     assert summary["labelled"] == queried  # every queried record used once
-    assert summary["releases"] == queried // 5 == summary["acknowledged"]
+    assert summary["releases"] == 1 == summary["acknowledged"] and releases_before == 0
     model = coord.admin("GET", "/v1/studies/st-kill/online/model")
-    assert model["version"] == summary["releases"] >= releases_before
+    assert model["version"] == 1
     budget = coord.budget("hosp-st-kill")
-    assert budget["epsilon_spent"] == "2"  # one epoch, charged once across the restart
-    with Agent(state).ledger() as ledger:
-        assert str(ledger.spent().epsilon.normalize()) == "2"
+    assert budget["epsilon_spent"] == "2"  # window 0, charged once across the restart
+    with Agent(state).ledger() as ledger:  # plus window 1, opened after window 0 closed
+        assert str(ledger.spent().epsilon.normalize()) == "4"
 
 
 def test_cap_reached_mid_stream_stops_before_deciding_or_noising(participant_coordinator,
                                                                   tmp_path):
     coord = participant_coordinator
-    state, records, labels = setup(coord, tmp_path, "st-cap", "hosp-st-cap", cap="3",
-                                   online={"epoch_records": 70})
+    state, records, labels = setup(coord, tmp_path, "st-cap", "hosp-st-cap", cap="3")
+    lines = records.read_text().splitlines(keepends=True)
+    records.write_text("".join(lines[:70]) + TICK + "".join(lines[70:N]))  # r70.. in window 1
     out = tmp_path / "scores.csv"
     proc = stream(state, "st-cap", records, out, labels)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 8, err
-    assert "privacy cap reached: epoch 1" in err and "before deciding or noising" in err
+    assert "privacy cap reached: schedule window 1" in err
+    assert "before deciding or noising" in err
     rows = score_rows(out)
-    assert [r["id"] for r in rows] == [f"r{i}" for i in range(70)]  # epoch 0 only
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(70)]  # window 0 only
     import sqlite3
 
     with sqlite3.connect(state / "studies" / "st-cap" / "stream.sqlite3") as db:
         assert db.execute("SELECT MAX(seq) FROM records").fetchone()[0] == 69
         stored = db.execute("SELECT COUNT(*) FROM releases").fetchone()[0]
-        pending = int(db.execute("SELECT v FROM meta WHERE k='pending_count'").fetchone()[0])
-    labelled = sum(int(r["queried"]) for r in rows)
-    assert stored == labelled // 5 and pending == labelled % 5  # no batch noised after
+    assert stored == 1  # window 0's release; nothing of window 1 was noised
     model = coord.admin("GET", "/v1/studies/st-cap/online/model")
-    assert model["version"] == stored
+    assert model["version"] == 1
     assert coord.budget("hosp-st-cap")["epsilon_spent"] == "2"
     with Agent(state).ledger() as ledger:
         assert str(ledger.spent().epsilon.normalize()) == "2"
@@ -163,7 +165,7 @@ def test_coordinator_refuses_bad_gradient_releases_and_replays_identical_ones(
     from common.online.wire import encode_vector
 
     coord = participant_coordinator
-    token = coord.new_participant("hosp-st-wire", "10", "0.001")
+    token = coord.new_participant("hosp-st-wire", "5", "0.001")
     study = coord.new_study("st-wire", FEATURES, members=["hosp-st-wire"], lsh={"n_tables": 5},
                             privacy={"epsilon_lsh": "1"}, online=ONLINE)
     signed = study["config"]
@@ -172,31 +174,31 @@ def test_coordinator_refuses_bad_gradient_releases_and_replays_identical_ones(
     digest = SignedConfig.model_validate(signed).digest()
     cost = OnlineParams(**ONLINE).epoch_cost()
     body = {"idempotency_key": "k" * 20, "config_version": 1, "config_digest": digest,
-            "weights_version": 0, "count": 3, "noisy_sum": encode_vector(np.ones(4)),
-            "epochs": 1, "epsilon": str(cost.epsilon), "delta": str(cost.delta)}
+            "weights_version": 0, "window": 0, "count": 3,
+            "noisy_sum": encode_vector(np.ones(4)), "epsilon": str(cost.epsilon),
+            "delta": str(cost.delta)}
     url = f"{coord.url}/v1/studies/st-wire/online/gradients"
     headers = {"Authorization": f"Bearer {token}"}
 
     def post(doc):
         return httpx.post(url, json=doc, headers=headers, timeout=30)
 
-    assert post({**body, "epsilon": "1"}).status_code == 422  # not the epoch cost
+    assert post({**body, "epsilon": "1"}).status_code == 422  # not one window's charge
     assert post({**body, "noisy_sum": encode_vector(np.ones(3))}).status_code == 422
     assert post({**body, "config_version": 2}).status_code == 409
-    free_first = {**body, "epochs": 0, "epsilon": "0", "delta": "0"}
-    assert post(free_first).status_code == 422  # the first release carries an epoch charge
+    assert post({**body, "window": 10**8}).status_code == 422  # that window has not ended
     first = post(body)
     assert first.status_code == 201 and first.json()["model_version"] == 1
     assert post(body).status_code == 200  # replay: same answer, no second charge
     assert post({**body, "count": 4}).status_code == 409  # same key, other body
-    free = post({**body, "idempotency_key": "m" * 20, "epochs": 0, "epsilon": "0",
-                 "delta": "0"})
-    assert free.status_code == 201 and free.json()["model_version"] == 2
+    again = post({**body, "idempotency_key": "m" * 20})  # a second release for window 0
+    assert again.status_code == 409 and "window" in again.text
+    second = post({**body, "idempotency_key": "m" * 20, "window": 1})
+    assert second.status_code == 201 and second.json()["model_version"] == 2
     budget = coord.budget("hosp-st-wire")
-    assert budget["epsilon_spent"] == str(cost.epsilon.normalize())
-    many = post({**body, "idempotency_key": "n" * 20, "epochs": 5,
-                 "epsilon": str(cost.epsilon * 5), "delta": str(cost.delta * 5)})
-    assert many.status_code == 409 and "budget" in many.text.lower()
+    assert budget["epsilon_spent"] == str((cost.epsilon * 2).normalize())
+    over = post({**body, "idempotency_key": "n" * 20, "window": 2})  # 6 > the cap of 5
+    assert over.status_code == 409 and "budget" in over.text.lower()
     model = httpx.get(f"{coord.url}/v1/studies/st-wire/online/model", headers=headers,
                       timeout=30).json()
     assert model["version"] == 2 and model["pending"] == 0
@@ -207,7 +209,7 @@ def test_watch_reads_files_as_they_appear_and_csv_too(participant_coordinator, t
     state, records, labels = setup(coord, tmp_path, "st-watch", "hosp-st-watch", n=60)
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    lines = records.read_text().splitlines(keepends=True)
+    lines = records.read_text().splitlines(keepends=True)[:60]  # the records, not the tick
     (inbox / "a.jsonl").write_text("".join(lines[:30]))
     docs = [json.loads(line) for line in lines[30:]]
     (inbox / "b.csv").write_text("id,a,b,c\n" + "".join(

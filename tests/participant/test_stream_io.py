@@ -24,3 +24,24 @@ def test_json_lines_and_csv_records_with_ids_or_positions() -> None:
 def test_labels() -> None:
     assert [parse_label(v) for v in ("1", "+1", "Outlier", "0", "-1", "inlier", "maybe")] == \
         [1, 1, 1, -1, -1, -1, None]
+
+
+def test_ticks_are_read_and_deadlines_interleave_with_records() -> None:
+    import threading
+
+    from participant.stream_io import Tick, until_deadlines
+
+    p = RecordParser(["a"], "id")
+    assert p.parse('{"tick": 7}') == Tick(7)
+    assert p.parse('{"tick": "7"}') is None and p.bad == 1  # not a tick, not a record
+    go = threading.Event()
+
+    def records():  # nothing arrives until the test has seen a deadline pass
+        go.wait()
+        yield ("r1", np.zeros(1))
+
+    events = until_deadlines(records(), lambda: 0.0)
+    assert next(events) is None  # the window ended before any record: act on the schedule
+    go.set()
+    rest = [e for e in events if e is not None]
+    assert [r for r, _ in rest] == ["r1"]
