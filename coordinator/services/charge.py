@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, func, insert, select, update
 
@@ -138,7 +139,7 @@ def itemise(conn: Connection, *, participant_id: int, study_id: str, key: str, d
     return contribution_id
 
 
-def _ledger(conn: Connection, contribution_id: int, row: dict, kind: str) -> None:
+def _ledger(conn: Connection, contribution_id: int, row: dict[str, Any], kind: str) -> None:
     """The ledger entry of a just-inserted contribution ``row`` (same ids, charge and time)."""
     keys = ("participant_id", "study_id", "eps_units", "delta_units", "created_at")
     entry = {k: row[k] for k in keys}
