@@ -8,9 +8,18 @@ study's hash seed (``lsh.seed``) gives the k-means start, so no second seed is n
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from common.budget import EPSILON_QUANTUM, exact_decimal
 
@@ -40,8 +49,10 @@ class CohortParams(BaseModel):
     """Private cohort rounds: the method and how each participant's epsilon is spent.
 
     The whole ``epsilon`` is spent by each participant over the ``rounds`` rounds (split
-    evenly, each round between counts and sums by ``count_share``; see
+    by ``schedule``, each round between counts and sums by ``count_share``; see
     :func:`common.cohorts.plan.split_epsilon`), on top of the study's per-release cost.
+    ``schedule`` is omitted from the canonical JSON when ``even``, so cohort sections
+    signed before it existed keep their signatures.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,6 +69,9 @@ class CohortParams(BaseModel):
                       "over * k centroids (1: no fusion).")
     rounds: int = Field(default=5, strict=True, ge=1, le=100,
                         description="kmeans: Lloyd rounds T.")
+    schedule: Literal["even", "adaptive"] = Field(
+        default="even", description="kmeans: epsilon per round, even or DP-KCCM's adaptive "
+        "1:2:3 blocks (later rounds get more; fixed by rounds alone, see docs/COHORTS.md).")
     resolution_bits: int = Field(default=12, strict=True, ge=1, le=30,
                                  description="kmeans: fixed-point grid of the released sums.")
     prune: bool = Field(default=True, description="kmeans: drop centroids under the public "
@@ -81,8 +95,10 @@ class CohortParams(BaseModel):
                 raise ValueError("method kmeans needs k (the number of cohorts)")
             from common.cohorts.plan import split_epsilon
 
-            split_epsilon(self.epsilon, self.rounds, self.count_share)
+            split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
         else:
+            if self.schedule != "even":
+                raise ValueError("schedule applies to method kmeans only")
             import numpy as np
 
             from common.cohorts.dpm_plan import DPMPlan
@@ -92,10 +108,17 @@ class CohortParams(BaseModel):
                     count_share=self.count_share, min_size=self.min_size)
         return self
 
+    @model_serializer(mode="wrap")
+    def _omit_even_schedule(self, handler: SerializerFunctionWrapHandler) -> Any:
+        doc = handler(self)
+        if isinstance(doc, dict) and doc.get("schedule") == "even":
+            doc.pop("schedule")
+        return doc
+
     def describe(self) -> str:
         """One line for people: the method and its shape."""
         if self.method == "kmeans":
             return (f"k-means with fusion: k {self.k}, {self.over * (self.k or 0)} starting "
-                    f"centroids, {self.rounds} rounds")
+                    f"centroids, {self.rounds} rounds, {self.schedule} epsilon per round")
         return (f"DPM tree: depth {self.depth}, {self.bins} intervals per feature, "
                 f"{self.dims_per_node or 'all'} features per node")
