@@ -171,4 +171,5 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
                                bins=params.bins,
                                dims_per_node=None if dims is None else min(dims, len(lo)),
                                leaf_share=params.leaf_share, count_share=params.count_share,
-                               min_size=params.min_size), seed)
+                               min_size=params.min_size, leaf_noise=params.leaf_noise,
+                               declared_n=params.declared_n), seed)
