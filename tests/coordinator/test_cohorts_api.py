@@ -119,7 +119,10 @@ def test_gaussian_leaf_round_charges_its_delta_and_a_member_without_delta_cap_is
 
 
 def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
-    config, (h1, h2) = cohort_study()
+    # 8 seed centroids, not 4: with 4, about 2 % of the study's fresh seeds leave one
+    # centroid nearest to both blobs (a k-means local optimum; 7 of 400 seeds simulated), and
+    # the centre check below failed intermittently; with 8, 0 of 400
+    config, (h1, h2) = cohort_study({**COHORTS, "over": 4})
     assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
     rng = np.random.default_rng(3)
     blobs = {h1.name: np.clip(rng.normal(0.2, 0.02, (200, 3)), 0, 1),
@@ -148,7 +151,7 @@ def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
     np.testing.assert_array_equal(model.centroids, expected.centroids)
     centres = sorted(model.centroids[:, 0])
     assert abs(centres[0] - 0.2) < 0.05 and abs(centres[1] - 0.8) < 0.05
-    # pruning drops only seed centroids under the count floor (20 here), at most 2 of 4
+    # pruning drops only seed centroids under the count floor (20 here): little mass is lost
     assert sum(model.masses) >= 400 - 2 * 20
     for h in (h1, h2):
         me = client.get("/v1/me", headers=h.headers).json()
