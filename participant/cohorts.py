@@ -111,7 +111,8 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
                            config_digest="", cost=cost, cap=enrolment.cap)
         noisy = protocol.release(_exact(protocol, state, source, options), state)
         body = {"idempotency_key": key, "config_version": config.version,
-                "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
+                "epsilon": format(cost.epsilon.normalize(), "f"),
+                "delta": format(cost.delta.normalize(), "f"),
                 "values": [int(v) for v in noisy]}
         write_private(path, json.dumps(body, separators=(",", ":")).encode())
         ledger.mark(key, "acknowledged",

@@ -38,9 +38,11 @@ Sensitivity (add/remove one record)
 The leaves of one level partition the box, so a record lies in exactly one leaf and, per
 histogrammed feature, in exactly one interval (records are clipped into the support first):
 one level's histograms change by at most ``m`` in L1 (``m = plan.dims_per_node``). Leaf
-counts: 1. Leaf histograms (all ``d`` features): ``d``. Levels and the leaf release compose
-sequentially (:meth:`~common.cohorts.dpm_plan.DPMPlan.budgets`); within a level, leaves are
-disjoint (parallel composition). Substitution neighbours would double every sensitivity.
+counts: 1. Leaf histograms (all ``d`` features): ``d`` in L1, ``sqrt(d)`` in L2 (what the
+optional Gaussian leaf noise pays for, :mod:`common.cohorts.gaussian`). Levels and the leaf
+release compose sequentially (:meth:`~common.cohorts.dpm_plan.DPMPlan.budgets`); within a
+level, leaves are disjoint (parallel composition). Substitution neighbours would double every
+sensitivity.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from common.cohorts.dpm_plan import DPMPlan, Leaf, TreeState, node_dims, tree_state
+from common.cohorts.gaussian import add_discrete_gaussian
 from common.cohorts.model import CohortModel, Condition
 from common.release import add_discrete_laplace
 
@@ -209,12 +212,17 @@ def leaf_statistics(X: ArrayLike, state: TreeState, plan: DPMPlan) -> LeafStatis
 
 
 def release_leaves(stats: LeafStatistics, plan: DPMPlan) -> LeafStatistics:
-    """Discrete Laplace (OpenDP): counts at scale ``1 / eps_counts``, histograms at
-    ``d / eps_histograms``."""
+    """OpenDP noise: counts discrete Laplace at scale ``1 / eps_counts``; histograms discrete
+    Laplace at ``d / eps_histograms`` or, with ``plan.leaf_noise == "gaussian"``, the
+    discrete Gaussian at L2 sensitivity ``sqrt(d)`` for ``(eps_histograms, leaf_delta)``."""
     budget = plan.budgets()
-    return LeafStatistics(add_discrete_laplace(stats.counts, 1, budget.leaf_counts),
-                          add_discrete_laplace(stats.histograms, plan.d,
-                                               budget.leaf_histograms))
+    counts = add_discrete_laplace(stats.counts, 1, budget.leaf_counts)
+    if plan.leaf_noise == "gaussian":
+        hists = add_discrete_gaussian(stats.histograms, plan.d, budget.leaf_histograms,
+                                      budget.leaf_delta)
+    else:
+        hists = add_discrete_laplace(stats.histograms, plan.d, budget.leaf_histograms)
+    return LeafStatistics(counts, hists)
 
 
 def _centre(h: Floats, a: int, j: int, plan: DPMPlan, floor: float) -> float:
@@ -241,7 +249,7 @@ def finish(state: TreeState, summed: LeafStatistics, plan: DPMPlan) -> CohortMod
     dropped, keeping at least the largest; rules are the leaves' conditions in feature units.
     """
     budget = plan.budgets()
-    h_floor = plan.floor(plan.d, budget.leaf_histograms)
+    h_floor = plan.histogram_floor()
     c_floor = max(plan.floor(1, budget.leaf_counts), float(plan.min_size))
     flat = np.asarray(summed.histograms, dtype=np.float64)
     counts = np.asarray(summed.counts, dtype=np.float64)

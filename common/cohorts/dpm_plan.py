@@ -35,6 +35,8 @@ class DPMBudget:
     levels: tuple[Decimal, ...]
     leaf_counts: Decimal
     leaf_histograms: Decimal
+    leaf_delta: Decimal = Decimal(0)
+    """delta of the leaf histograms: 0 under Laplace, ``1 / (n sqrt n)`` under Gaussian."""
 
     @property
     def total(self) -> Decimal:
@@ -71,6 +73,13 @@ class DPMPlan:
         Public minimum (noisy) size of each side of a split and of a released cohort; the
         noise floor's ``2 x`` threshold applies when larger. Without it a low noise floor
         lets a split cut a few tail records off a cluster.
+    leaf_noise : "laplace" | "gaussian", default "laplace"
+        Noise on the leaf histograms: discrete Laplace at L1 sensitivity ``d`` (pure
+        epsilon), or the discrete Gaussian at L2 sensitivity ``sqrt(d)``, charged as
+        ``(epsilon, delta)`` (:mod:`common.cohorts.gaussian`).
+    declared_n : int | None
+        Gaussian only (required there): the declared, public number of records of the
+        whole study; ``delta = 1 / (n sqrt n)``. Never counted from the data.
     """
 
     lo: Floats
@@ -84,6 +93,8 @@ class DPMPlan:
     count_share: Decimal | str = "0.2"
     floor_sd: float = 3.0
     min_size: int = 10
+    leaf_noise: str = "laplace"
+    declared_n: int | None = None
 
     def __post_init__(self) -> None:
         lo, hi = _as_bounds(self.lo, self.hi)
@@ -101,6 +112,10 @@ class DPMPlan:
                 raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
         if not (math.isfinite(self.floor_sd) and self.floor_sd > 0):
             raise ValueError(f"floor_sd must be positive, got {self.floor_sd!r}")
+        if self.leaf_noise not in ("laplace", "gaussian"):
+            raise ValueError(f"leaf_noise must be laplace or gaussian, got {self.leaf_noise!r}")
+        if (self.leaf_noise == "gaussian") != (self.declared_n is not None):
+            raise ValueError("declared_n is required with Gaussian leaf noise, and only there")
         self.budgets()
 
     @property
@@ -133,8 +148,13 @@ class DPMPlan:
         if min(levels + [counts, leaf - counts]) < 1:
             raise ValueError(f"epsilon {total} is too small to split over {self.depth} levels "
                              "and the leaf release")
+        delta = Decimal(0)
+        if self.declared_n is not None:
+            from common.cohorts.gaussian import declared_delta
+
+            delta = declared_delta(self.declared_n)
         return DPMBudget(tuple(u * EPSILON_QUANTUM for u in levels),
-                         counts * EPSILON_QUANTUM, (leaf - counts) * EPSILON_QUANTUM)
+                         counts * EPSILON_QUANTUM, (leaf - counts) * EPSILON_QUANTUM, delta)
 
     def round_costs(self) -> tuple[PrivacyBudget, ...]:
         """What each round charges a participant, in order: the ``depth`` levels, then the
@@ -142,13 +162,29 @@ class DPMPlan:
         levels (the stop is decided on released values) and is charged for the rounds run."""
         budget = self.budgets()
         return tuple(PrivacyBudget(e) for e in budget.levels) + (
-            PrivacyBudget(budget.leaf_counts + budget.leaf_histograms),)
+            PrivacyBudget(budget.leaf_counts + budget.leaf_histograms, budget.leaf_delta),)
+
+    def histogram_sd(self) -> float:
+        """Standard deviation of one participant's noise on a leaf histogram interval (the
+        discrete Gaussian's is at most its scale)."""
+        budget = self.budgets()
+        if self.leaf_noise == "gaussian":
+            from common.cohorts.gaussian import histogram_scale
+
+            return histogram_scale(self.d, budget.leaf_histograms, budget.leaf_delta)
+        return discrete_laplace_sd(self.d / float(budget.leaf_histograms))
 
     def floor(self, sensitivity: int, epsilon: Decimal) -> float:
         """Noise floor: ``floor_sd`` standard deviations of ``participants`` summed discrete
         Laplace draws of scale ``sensitivity / epsilon``."""
-        sd = discrete_laplace_sd(sensitivity / float(epsilon))
+        return self._floor(discrete_laplace_sd(sensitivity / float(epsilon)))
+
+    def _floor(self, sd: float) -> float:
         return self.floor_sd * math.sqrt(self.participants) * sd
+
+    def histogram_floor(self) -> float:
+        """Noise floor of the summed leaf histograms (:meth:`histogram_sd`)."""
+        return self._floor(self.histogram_sd())
 
 
 def _share(units: int, share: Decimal | str, name: str) -> int:

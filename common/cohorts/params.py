@@ -8,9 +8,18 @@ study's hash seed (``lsh.seed``) gives the k-means start, so no second seed is n
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from common.budget import EPSILON_QUANTUM, exact_decimal
 
@@ -36,12 +45,19 @@ _Eps = Annotated[
 ]
 
 
+_LATER_DEFAULTS = {"schedule": "even", "leaf_noise": "laplace", "declared_n": None}
+"""Fields added after cohort sections were first signed: omitted from the JSON at their
+defaults, so those signatures still verify."""
+
+
 class CohortParams(BaseModel):
     """Private cohort rounds: the method and how each participant's epsilon is spent.
 
     The whole ``epsilon`` is spent by each participant over the ``rounds`` rounds (split
-    evenly, each round between counts and sums by ``count_share``; see
+    by ``schedule``, each round between counts and sums by ``count_share``; see
     :func:`common.cohorts.plan.split_epsilon`), on top of the study's per-release cost.
+    ``schedule``, ``leaf_noise`` and ``declared_n`` are omitted from the canonical JSON at
+    their defaults, so cohort sections signed before they existed keep their signatures.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,6 +74,9 @@ class CohortParams(BaseModel):
                       "over * k centroids (1: no fusion).")
     rounds: int = Field(default=5, strict=True, ge=1, le=100,
                         description="kmeans: Lloyd rounds T.")
+    schedule: Literal["even", "adaptive"] = Field(
+        default="even", description="kmeans: epsilon per round, even or DP-KCCM's adaptive "
+        "1:2:3 blocks (later rounds get more; fixed by rounds alone, see docs/COHORTS.md).")
     resolution_bits: int = Field(default=12, strict=True, ge=1, le=30,
                                  description="kmeans: fixed-point grid of the released sums.")
     prune: bool = Field(default=True, description="kmeans: drop centroids under the public "
@@ -73,29 +92,50 @@ class CohortParams(BaseModel):
                              description="dpm: share of epsilon for the leaf release.")
     min_size: int = Field(default=10, strict=True, ge=0, le=10**9,
                           description="dpm: public minimum noisy size of each side of a split.")
+    leaf_noise: Literal["laplace", "gaussian"] = Field(
+        default="laplace", description="dpm: noise on the leaf histograms; gaussian: L2 "
+        "sensitivity sqrt(d), charged as (epsilon, 1/(n sqrt n)) with declared_n.")
+    declared_n: int | None = Field(default=None, strict=True, ge=2, le=10**12, description=(
+        "dpm with gaussian leaf noise (required there): the declared, public number of "
+        "records of the whole study, which sets delta; never counted from the data."))
 
     @model_validator(mode="after")
     def _consistent(self) -> CohortParams:
         if self.method == "kmeans":
             if self.k is None:
                 raise ValueError("method kmeans needs k (the number of cohorts)")
+            if (self.leaf_noise, self.declared_n) != ("laplace", None):
+                raise ValueError("leaf_noise and declared_n apply to method dpm only")
             from common.cohorts.plan import split_epsilon
 
-            split_epsilon(self.epsilon, self.rounds, self.count_share)
+            split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
         else:
+            if self.schedule != "even":
+                raise ValueError("schedule applies to method kmeans only")
             import numpy as np
 
             from common.cohorts.dpm_plan import DPMPlan
 
             DPMPlan(np.zeros(1), np.ones(1), self.epsilon, depth=self.depth, bins=self.bins,
                     dims_per_node=1, leaf_share=self.leaf_share,
-                    count_share=self.count_share, min_size=self.min_size)
+                    count_share=self.count_share, min_size=self.min_size,
+                    leaf_noise=self.leaf_noise, declared_n=self.declared_n)
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_later_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        doc = handler(self)
+        if isinstance(doc, dict):
+            for name, default in _LATER_DEFAULTS.items():
+                if name in doc and doc[name] == default:
+                    doc.pop(name)
+        return doc
 
     def describe(self) -> str:
         """One line for people: the method and its shape."""
         if self.method == "kmeans":
             return (f"k-means with fusion: k {self.k}, {self.over * (self.k or 0)} starting "
-                    f"centroids, {self.rounds} rounds")
+                    f"centroids, {self.rounds} rounds, {self.schedule} epsilon per round")
         return (f"DPM tree: depth {self.depth}, {self.bins} intervals per feature, "
-                f"{self.dims_per_node or 'all'} features per node")
+                f"{self.dims_per_node or 'all'} features per node, {self.leaf_noise} leaf "
+                "histograms" + (f" (declared n {self.declared_n})" if self.declared_n else ""))

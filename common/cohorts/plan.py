@@ -17,9 +17,12 @@ from numpy.typing import NDArray
 from common.budget import EPSILON_QUANTUM, PrivacyBudget
 from common.hashing import _as_bounds
 
-__all__ = ["KMeansPlan", "count_floor", "split_epsilon"]
+__all__ = ["KMeansPlan", "SCHEDULES", "count_floor", "round_weights", "split_epsilon"]
 
 Floats = NDArray[np.float64]
+
+SCHEDULES = ("even", "adaptive")
+"""How a participant's epsilon is spread over the rounds (:func:`round_weights`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,6 +45,8 @@ class KMeansPlan:
         Fraction of each round's epsilon spent on the counts; the rest goes to the sums.
     resolution_bits : int, default 12
         Fixed-point grid of the sums: ``step = max_j max(|lo_j|, |hi_j|) / 2**bits``.
+    schedule : "even" | "adaptive", default "even"
+        How ``epsilon`` is spread over the rounds (:func:`round_weights`).
     """
 
     lo: Floats
@@ -52,6 +57,7 @@ class KMeansPlan:
     rounds: int = 5
     count_share: Decimal | str = "0.2"
     resolution_bits: int = 12
+    schedule: str = "even"
 
     def __post_init__(self) -> None:
         lo, hi = _as_bounds(self.lo, self.hi)
@@ -62,7 +68,7 @@ class KMeansPlan:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-        split_epsilon(self.epsilon, self.rounds, self.count_share)
+        split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
 
     @property
     def n_centroids(self) -> int:
@@ -83,27 +89,49 @@ class KMeansPlan:
 
     def budgets(self) -> tuple[tuple[Decimal, Decimal], ...]:
         """Per round ``(eps_counts, eps_sums)``; see :func:`split_epsilon`."""
-        return split_epsilon(self.epsilon, self.rounds, self.count_share)
+        return split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
 
 
-def split_epsilon(epsilon: Decimal | int | str, rounds: int,
-                  count_share: Decimal | str = "0.2") -> tuple[tuple[Decimal, Decimal], ...]:
-    """Split ``epsilon`` evenly over ``rounds``, each between counts and sums.
+def round_weights(rounds: int, schedule: str = "even") -> tuple[int, ...]:
+    """Relative epsilon of each round, from public inputs only (``rounds``, ``schedule``).
 
-    Exact in 1e-9 units: the rounds' totals sum to ``epsilon`` exactly (the first
-    ``units % rounds`` rounds take one unit more) and ``eps_counts`` is
-    ``floor(round * count_share)`` units. Raises ``ValueError`` if any part would be zero.
+    ``even``: 1 per round. ``adaptive`` (DP-KCCM's allocation, Ni et al. 2021, section
+    3.1): the rounds fall into three consecutive blocks, round ``r`` (0-based) in block
+    ``floor(3 r / rounds)``, and a round of block ``b`` weighs ``b + 1``, so later rounds,
+    whose centroids move less, get more epsilon (less noise). At ``rounds = 12`` this is the
+    paper's split exactly: epsilon/24 for rounds 1-4, epsilon/12 for 5-8, epsilon/8 for 9-12.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    if schedule == "even":
+        return (1,) * rounds
+    if schedule == "adaptive":
+        return tuple(3 * r // rounds + 1 for r in range(rounds))
+    raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+
+
+def split_epsilon(epsilon: Decimal | int | str, rounds: int, count_share: Decimal | str = "0.2",
+                  schedule: str = "even") -> tuple[tuple[Decimal, Decimal], ...]:
+    """Split ``epsilon`` over ``rounds`` in proportion to :func:`round_weights`, each round
+    between counts and sums.
+
+    Exact in 1e-9 units: round ``r`` takes ``floor(units * w_r / W)`` units, and the units
+    that flooring leaves go one each to the first rounds, so the rounds' totals sum to
+    ``epsilon`` exactly (even: the first ``units % rounds`` rounds take one unit more);
+    ``eps_counts`` is ``floor(round * count_share)`` units. The split depends on public
+    inputs only. Raises ``ValueError`` if any part would be zero.
     """
     total = PrivacyBudget(epsilon).epsilon
     share = Decimal(str(count_share))
     if not share.is_finite() or not 0 < share < 1:
         raise ValueError(f"count_share must be in (0, 1), got {count_share!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
-    units = int(total / EPSILON_QUANTUM)
+    weights = round_weights(rounds, schedule)
+    units, total_weight = int(total / EPSILON_QUANTUM), sum(weights)
+    base = [units * w // total_weight for w in weights]
+    left = units - sum(base)
     out = []
     for r in range(rounds):
-        round_units = units // rounds + (1 if r < units % rounds else 0)
+        round_units = base[r] + (1 if r < left else 0)
         count_units = int((round_units * share).to_integral_value(ROUND_FLOOR))
         if count_units < 1 or round_units - count_units < 1:
             raise ValueError(f"epsilon {total} is too small to split over {rounds} rounds")

@@ -160,7 +160,7 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
         plan = KMeansPlan(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64),
                           k=params.k, epsilon=params.epsilon, over=params.over,
                           rounds=params.rounds, count_share=params.count_share,
-                          resolution_bits=params.resolution_bits)
+                          resolution_bits=params.resolution_bits, schedule=params.schedule)
         return KMeansProtocol(plan, seed, params.prune)
     from common.cohorts.dpm_plan import DPMPlan
     from common.cohorts.dpm_protocol import DPMProtocol
@@ -171,4 +171,5 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
                                bins=params.bins,
                                dims_per_node=None if dims is None else min(dims, len(lo)),
                                leaf_share=params.leaf_share, count_share=params.count_share,
-                               min_size=params.min_size), seed)
+                               min_size=params.min_size, leaf_noise=params.leaf_noise,
+                               declared_n=params.declared_n), seed)

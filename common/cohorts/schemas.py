@@ -25,7 +25,8 @@ class CohortReleaseCreate(BaseModel):
                                  description="The same key and values on a retry.")
     config_version: int = Field(strict=True, ge=1, description="Config version it used.")
     epsilon: Epsilon = Field(description="The round's cost, as the signed config splits it.")
-    delta: Delta = Field(default=Decimal(0), description="0: cohort rounds are pure epsilon-DP.")
+    delta: Delta = Field(default=Decimal(0), description="The round's delta: 0 except a DPM leaf "
+                        "round with Gaussian leaf noise.")
     values: list[Value] = Field(min_length=1, max_length=1_000_000,
                                 description="The noisy integer vector of the round's method.")
 

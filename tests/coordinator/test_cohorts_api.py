@@ -20,8 +20,10 @@ COHORTS = {"method": "kmeans", "k": 2, "over": 2, "rounds": 2, "epsilon": "2"}
 def cohort_study(client, coord_kit, make_participant):
     """Study ``c1`` (3 features in [0, 1], k-means over 2 rounds) with members h1, h2."""
 
-    def make(cohorts=COHORTS, members=("h1", "h2"), cap="10"):
-        hospitals = [make_participant(name, epsilon_cap=cap) for name in members]
+    def make(cohorts=COHORTS, members=("h1", "h2"), cap="10", delta_caps=None):
+        hospitals = [make_participant(name, epsilon_cap=cap,
+                                      delta_cap=(delta_caps or {}).get(name, "0"))
+                     for name in members]
         spec = {**coord_kit.study_spec("c1"), "cohorts": cohorts}
         r = client.post("/v1/studies", json=spec, headers=ADMIN)
         assert r.status_code == 201, r.text
@@ -45,7 +47,8 @@ def _protocol(config):
 def _body(config, values, number, key=None, state=None, **override):
     cost = _protocol(config).cost(state or CohortState(number - 1, {}))
     return {"idempotency_key": key or f"k-{number}", "config_version": config.version,
-            "epsilon": format(cost.epsilon.normalize(), "f"), "delta": "0",
+            "epsilon": format(cost.epsilon.normalize(), "f"),
+            "delta": format(cost.delta.normalize(), "f"),
             "values": [int(v) for v in values], **override}
 
 
@@ -78,8 +81,48 @@ def test_a_dpm_tree_runs_through_the_same_rounds(client, cohort_study):
         assert sum(cohort_charges(me)) == spent <= Decimal(2)
 
 
+def test_gaussian_leaf_round_charges_its_delta_and_a_member_without_delta_cap_is_refused(
+        client, cohort_study):
+    """DPM with Gaussian leaf histograms: only the leaf round carries delta = 1/(n sqrt n)
+    for the declared n; the coordinator charges it, and refuses (409) a member whose delta
+    cap is 0 at that round, after charging it nothing for it."""
+    from common.cohorts.gaussian import declared_delta
+
+    config, (h1, h2) = cohort_study(
+        {"method": "dpm", "epsilon": "2", "depth": 2, "bins": 8, "leaf_noise": "gaussian",
+         "declared_n": 10_000}, delta_caps={"h1": "0.001"})
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    rng = np.random.default_rng(5)
+    X = np.clip(np.vstack([rng.normal(0.2, 0.02, (100, 3)), rng.normal(0.8, 0.02, (100, 3))]),
+                0, 1)
+    proto, refused = _protocol(config), []
+    while (doc := client.get("/v1/studies/c1/cohorts", headers=ADMIN).json())["status"] != "done":
+        state = CohortState(doc["round"] - 1, doc["state"])
+        cost = proto.cost(state)
+        for h in (h1, h2):
+            body = _body(config, proto.exact(state, X), doc["round"], state=state)
+            r = client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}", json=body,
+                            headers=h.headers)
+            if cost.delta and h is h2:
+                assert r.status_code == 409, r.text
+                refused.append(doc["round"])
+            else:
+                assert r.status_code == 201, r.text
+        if refused and doc["round"] == refused[-1]:
+            client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}/close", headers=ADMIN)
+    assert len(refused) == 1 and doc["model"] is not None
+    deltas = {h.name: [Decimal(e["delta"]) for e in client.get("/v1/me", headers=h.headers)
+                       .json()["entries"] if e["kind"] == "cohort"] for h in (h1, h2)}
+    assert deltas["h1"][-1] == declared_delta(10_000) == Decimal("0.000001")
+    assert sum(deltas["h1"]) == Decimal("0.000001") and sum(deltas["h2"]) == 0
+    assert len(deltas["h2"]) == len(deltas["h1"]) - 1
+
+
 def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
-    config, (h1, h2) = cohort_study()
+    # 8 seed centroids, not 4: with 4, about 2 % of the study's fresh seeds leave one
+    # centroid nearest to both blobs (a k-means local optimum; 7 of 400 seeds simulated), and
+    # the centre check below failed intermittently; with 8, 0 of 400
+    config, (h1, h2) = cohort_study({**COHORTS, "over": 4})
     assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
     rng = np.random.default_rng(3)
     blobs = {h1.name: np.clip(rng.normal(0.2, 0.02, (200, 3)), 0, 1),
@@ -108,7 +151,7 @@ def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
     np.testing.assert_array_equal(model.centroids, expected.centroids)
     centres = sorted(model.centroids[:, 0])
     assert abs(centres[0] - 0.2) < 0.05 and abs(centres[1] - 0.8) < 0.05
-    # pruning drops only seed centroids under the count floor (20 here), at most 2 of 4
+    # pruning drops only seed centroids under the count floor (20 here): little mass is lost
     assert sum(model.masses) >= 400 - 2 * 20
     for h in (h1, h2):
         me = client.get("/v1/me", headers=h.headers).json()

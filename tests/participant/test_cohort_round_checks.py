@@ -39,3 +39,40 @@ def test_cohort_spending_never_passes_the_signed_cohort_epsilon() -> None:
     with pytest.raises(BudgetExceeded, match="signed cohort epsilon 1.5"):
         _check_round(CONFIG, PROTOCOL, CohortState(2, START.data), PrivacyBudget("1.5"))
 
+
+
+def test_adaptive_round_the_local_cap_cannot_pay_is_refused_before_noise(tmp_path,
+                                                                          monkeypatch) -> None:
+    """Rounds of 0.25, 0.5, 0.75 (adaptive, epsilon 1.5 over 3): with 0.75 spent, a cap of
+    1.25 would pay an even round (0.5) but not the adaptive last round; nothing is drawn."""
+    from participant import cohorts as part
+    from participant.agent import Agent, DataOptions
+    from participant.state import Enrolment
+
+    config = new_study_config(
+        "s", [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(2)],
+        privacy=PrivacyParams(epsilon_lsh="0.5"), n_tables=2,
+        cohorts=CohortParams(k=2, over=1, rounds=3, epsilon="1.5", schedule="adaptive"))
+    protocol = protocol_for(config.cohorts, config.lo, config.hi,
+                            bytes.fromhex(config.lsh.seed))
+    costs = [protocol.cost(CohortState(r, START.data)) for r in range(3)]
+    assert costs == [PrivacyBudget("0.25"), PrivacyBudget("0.5"), PrivacyBudget("0.75")]
+
+    def no_noise(*_: object) -> None:
+        raise AssertionError("noise was drawn")
+
+    monkeypatch.setattr("common.cohorts.kmeans.add_discrete_laplace", no_noise)
+    agent = Agent(tmp_path / "state")
+    enrolment = Enrolment("http://coord.test", "tok", "fp", epsilon_cap="1.25",
+                          max_release_epsilon="1")
+    with agent.ledger() as ledger:
+        for r in (1, 2):
+            ledger.reserve(idempotency_key=f"cohort-s-{r}", study="s", config_version=1,
+                           config_digest="", cost=costs[r - 1], cap=enrolment.cap)
+    path = tmp_path / "round-3.json"
+    with pytest.raises(BudgetExceeded, match="local cap"):
+        part._draw(agent, config, protocol, 3, CohortState(2, START.data), None,
+                   DataOptions(), enrolment, path, None)  # type: ignore[arg-type]
+    assert not path.exists()
+    with agent.ledger() as ledger:
+        assert ledger.spent() == PrivacyBudget("0.75")
