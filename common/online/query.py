@@ -29,16 +29,24 @@ import secrets
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["RandomizedResponseRule", "ExponentialRule", "QueryRule", "bernoulli"]
+__all__ = ["RandomizedResponseRule", "ExponentialRule", "QueryRule", "bernoulli", "bernoulli_count"]
 
 
 def bernoulli(probability: float) -> bool:
     """Exact Bernoulli(``probability``) draw from the operating system's CSPRNG."""
+    return bernoulli_count(probability, 1) == 1
+
+
+def bernoulli_count(probability: float, n: int) -> int:
+    """Successes in ``n`` independent exact Bernoulli(``probability``) draws (CSPRNG); the
+    float's exact binary fraction is computed once, not per draw."""
     if not 0.0 <= probability <= 1.0:
         raise ValueError(f"probability must be in [0, 1], got {probability}")
     frac = Fraction(probability)
     bits = frac.denominator.bit_length() - 1  # the denominator is 2**bits
-    return secrets.randbits(bits) < frac.numerator if bits else frac.numerator == 1
+    if not bits:
+        return n if frac.numerator == 1 else 0
+    return sum(secrets.randbits(bits) < frac.numerator for _ in range(n))
 
 
 def _check_probability(name: str, value: float) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.online.learner import hinge_gradient
-from common.online.query import QueryRule, bernoulli
+from common.online.query import QueryRule, bernoulli_count
 
 __all__ = ["pad_queries", "window_batch"]
 
@@ -34,8 +34,7 @@ def pad_queries(rule: QueryRule, empty: int) -> int:
     """Number of ``empty`` unused slots (empty records, margin 0) the rule queries."""
     if empty < 0:
         raise ValueError(f"empty slots must be >= 0, got {empty}")
-    q = rule.probability(0.0)
-    return sum(bernoulli(q) for _ in range(empty))
+    return bernoulli_count(rule.probability(0.0), empty)
 
 
 def window_batch(w: Vector, queried: Iterable[tuple[Vector, int | None]], empty: int,
