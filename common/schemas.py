@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.cohorts.params import CohortParams
-from common.config import (
+from common.encoding import EncodedCounts
+from common.online.params import OnlineParams
+from common.params import (
     MAX_DELTA,
     Delta,
     Epsilon,
@@ -25,8 +27,6 @@ from common.config import (
     SampleSize,
     StudyId,
 )
-from common.encoding import EncodedCounts
-from common.online.params import OnlineParams
 from common.secagg.params import AggregationParams
 from common.signing import SignedConfig
 

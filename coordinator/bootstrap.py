@@ -59,13 +59,14 @@ def bootstrap(args: argparse.Namespace, session: Any, keys: Any) -> list[str]:
 
 
 def cmd_bootstrap(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.cli import _keys, _session, cmd_migrate
+    from coordinator.cli import cmd_migrate
+    from coordinator.cli_support import key_store, open_session
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     cmd_migrate(args, settings)
-    keys = _keys(settings)
+    keys = key_store(settings)
     keys.ensure()
-    with _session(settings) as session:
+    with open_session(settings) as session:
         done = bootstrap(args, session, keys)
     print("created: " + (", ".join(done) or "nothing (already set up)"), file=sys.stderr)
     return 0

@@ -10,49 +10,26 @@ settings point: admin commands never create either), 4 database unreachable.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 from collections.abc import Callable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_CONFIG, EXIT_DATABASE = 0, 1, 2, 3, 4
+from coordinator.cli_support import (
+    EXIT_CONFIG,
+    EXIT_DATABASE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    key_store,
+    load_settings,
+    open_session,
+)
 
-
-def _settings() -> Any:
-    from coordinator.config import Settings
-
-    return Settings()
-
-
-def _session(settings: Any) -> Any:
-    """A session on the deployment's existing database (schema upgraded if behind)."""
-    from coordinator.db import make_engine, make_sessionmaker
-    from coordinator.deployment import describe_url, require_database
-
-    change = require_database(settings)
-    if change is not None:
-        print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
-    return make_sessionmaker(make_engine(settings.resolved_database_url))()
-
-
-def _keys(settings: Any, *, existing: bool = False) -> Any:
-    """The signing key store; ``existing`` refuses a missing key instead of creating one."""
-    from coordinator.deployment import require_key
-    from coordinator.keys import KeyStore
-
-    if existing:
-        require_key(settings)
-    return KeyStore(settings.resolved_signing_key_path)
-
-
-def _print(obj: Any) -> None:
-    if hasattr(obj, "model_dump"):
-        obj = obj.model_dump(mode="json")
-    print(json.dumps(obj, indent=2, default=str))
+__all__ = ["EXIT_CONFIG", "EXIT_DATABASE", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "build_parser",
+           "main"]
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
@@ -84,7 +61,7 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
         return EXIT_CONFIG
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     cmd_migrate(args, settings)
-    _keys(settings).ensure()
+    key_store(settings).ensure()
     for stale in remove_stale_dirs(settings.data_dir):
         print(f"removed stale metrics folder {stale}", file=sys.stderr)
     metrics_dir = settings.data_dir / f"prometheus-{os.getpid()}"
@@ -105,80 +82,13 @@ def cmd_serve(args: argparse.Namespace, settings: Any) -> int:
     return EXIT_OK
 
 
-def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
-    from common.spec import load_study_spec
-    from coordinator.services.studies import create_study, study_config, study_public
-
-    body = load_study_spec(Path(args.spec).read_text())
-    keys = _keys(settings, existing=True)
-    with _session(settings) as session:
-        study = create_study(session, keys, body)
-        _print(study_public(session, study))
-        _warn_noise(body, study_config(study))
-    return EXIT_OK
-
-
-def _column_names(path: Path) -> list[str]:
-    """The column names of a CSV (its header line) or Parquet file (its schema); no values."""
-    if path.suffix.lower() == ".parquet":
-        import pyarrow.parquet as pq
-
-        return list(pq.read_schema(path).names)
-    import csv
-
-    with path.open(newline="") as fh:
-        return next(csv.reader(fh), [])
-
-
-def cmd_study_template(args: argparse.Namespace, settings: Any) -> int:
-    from common.spec import study_template
-
-    text = study_template(_column_names(Path(args.data)), args.study_id)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        out = Path(args.output)
-        if out.exists() and not args.force:
-            print(f"error: {out} exists; pass --force to overwrite it", file=sys.stderr)
-            return EXIT_REFUSED
-        out.write_text(text)
-        print(
-            f"wrote {out}: fill in every PUBLIC_LOWER_BOUND/PUBLIC_UPPER_BOUND from the study "
-            "protocol, delete identifier and label columns, then run "
-            f"'fedod-coordinator study create {out}'",
-            file=sys.stderr,
-        )
-    return EXIT_OK
-
-
-def _warn_noise(body: Any, config: Any) -> None:
-    """Print, from public inputs only, when the study's model will be dominated by noise."""
-    from common.noise.planning import config_noise_warning
-
-    warning = config_noise_warning(config, getattr(body, "aggregation", None))
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
-
-
-def cmd_study_list(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.services.studies import list_studies, study_public
-
-    with _session(settings) as session:
-        for study in list_studies(session):
-            public = study_public(session, study)
-            print(
-                f"{public.study_id}\tconfig v{public.version}\tmodel v{public.model_version}"
-                f"\t{public.contributors} contributor{'' if public.contributors == 1 else 's'}"
-            )
-    return EXIT_OK
-
 
 def cmd_participant_add(args: argparse.Namespace, settings: Any) -> int:
     from common.budget import PrivacyBudget
     from coordinator.services.participants import create_participant
 
     cap = PrivacyBudget(args.epsilon_cap, args.delta_cap)
-    with _session(settings) as session:
+    with open_session(settings) as session:
         participant, token = create_participant(session, args.name, cap)
     print(f"enrolled {participant.name} with cap {cap}", file=sys.stderr)
     print("credential (shown once, store it now):", file=sys.stderr)
@@ -189,7 +99,7 @@ def cmd_participant_add(args: argparse.Namespace, settings: Any) -> int:
 def cmd_participant_list(args: argparse.Namespace, settings: Any) -> int:
     from coordinator.services.participants import list_participants
 
-    with _session(settings) as session:
+    with open_session(settings) as session:
         for p in list_participants(session):
             state = "active" if p.active else "revoked"
             print(f"{p.name}\t{state}\tspent {p.spent}\tcap {p.cap}")
@@ -199,7 +109,7 @@ def cmd_participant_list(args: argparse.Namespace, settings: Any) -> int:
 def cmd_participant_revoke(args: argparse.Namespace, settings: Any) -> int:
     from coordinator.services.participants import revoke_participant
 
-    with _session(settings) as session:
+    with open_session(settings) as session:
         revoke_participant(session, args.name)
     print(f"revoked {args.name}", file=sys.stderr)
     return EXIT_OK
@@ -211,7 +121,7 @@ def cmd_participant_raise_cap(args: argparse.Namespace, settings: Any) -> int:
     if args.epsilon_cap is None and args.delta_cap is None:
         print("error: give --epsilon-cap and/or --delta-cap", file=sys.stderr)
         return EXIT_USAGE
-    with _session(settings) as session:
+    with open_session(settings) as session:
         p = set_cap(session, args.name, epsilon=args.epsilon_cap, delta=args.delta_cap)
         print(f"{p.name}: cap {p.cap}, spent {p.spent}", file=sys.stderr)
     return EXIT_OK
@@ -220,7 +130,7 @@ def cmd_participant_raise_cap(args: argparse.Namespace, settings: Any) -> int:
 def cmd_member_add(args: argparse.Namespace, settings: Any) -> int:
     from coordinator.services.studies import add_member
 
-    with _session(settings) as session:
+    with open_session(settings) as session:
         add_member(session, args.study, args.participant)
     print(f"{args.participant} is a member of {args.study}", file=sys.stderr)
     return EXIT_OK
@@ -229,8 +139,8 @@ def cmd_member_add(args: argparse.Namespace, settings: Any) -> int:
 def cmd_rotate_key(args: argparse.Namespace, settings: Any) -> int:
     from coordinator.services.studies import resign_all
 
-    keys = _keys(settings, existing=True)
-    session = _session(settings)
+    keys = key_store(settings, existing=True)
+    session = open_session(settings)
     retired = keys.rotate()
     with session:
         done = resign_all(session, keys)
@@ -241,7 +151,7 @@ def cmd_rotate_key(args: argparse.Namespace, settings: Any) -> int:
 
 
 def cmd_key_show(args: argparse.Namespace, settings: Any) -> int:
-    keys = _keys(settings, existing=True)
+    keys = key_store(settings, existing=True)
     print(keys.key_id())
     print(keys.public_pem(), end="")
     return EXIT_OK
@@ -274,35 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     add("migrate", cmd_migrate, "upgrade the database schema to the latest version")
 
-    study = sub.add_parser("study", help="create and list studies").add_subparsers(
-        dest="study_command", required=True, metavar="ACTION"
-    )
-    create = add(
-        "create",
-        cmd_study_create,
-        "create a study from a StudyCreate JSON file "
-        "(fresh hash seeds, signed config v1); prints the study",
-        study,
-    )
-    create.add_argument(
-        "spec",
-        help="path of a spec file (JSON, '//' comment lines allowed; see docs/USER_GUIDE.md)",
-    )
-    template = add(
-        "template",
-        cmd_study_template,
-        "write a commented study spec from a CSV/Parquet file's column names; it reads no "
-        "values: the public bounds are placeholders you fill in from the study protocol",
-        study,
-    )
-    template.add_argument("data", help="a CSV (header line) or Parquet file (schema)")
-    template.add_argument("--study-id", default="my-study", help="study id to put in the spec")
-    template.add_argument(
-        "-o", "--output", default="study.json",
-        help="file to write (default study.json; - for stdout)",
-    )
-    template.add_argument("--force", action="store_true", help="overwrite an existing file")
-    add("list", cmd_study_list, "list studies with versions and contributor counts", study)
+    from coordinator.study_cli import add_parser as add_study
+
+    add_study(add, sub)
 
     part = sub.add_parser("participant", help="enrol, list, revoke, change caps").add_subparsers(
         dest="participant_command", required=True, metavar="ACTION"
@@ -366,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        settings = _settings()
+        settings = load_settings()
     except ValidationError as exc:
         print(f"configuration error: {describe_settings_error(exc)}", file=sys.stderr)
         return EXIT_CONFIG

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def cmd_cohorts(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.cli import EXIT_OK, EXIT_USAGE, _print, _session
+    from coordinator.cli_support import EXIT_OK, EXIT_USAGE, open_session, print_json
     from coordinator.services import cohorts
     from coordinator.services.cohort_views import cohorts_public
     from coordinator.services.studies import get_study
@@ -16,14 +16,14 @@ def cmd_cohorts(args: argparse.Namespace, settings: Any) -> int:
     if (args.action == "close") != (args.round is not None):
         print("error: 'close' takes the round number (and only 'close' does)", file=sys.stderr)
         return EXIT_USAGE
-    with _session(settings) as session:
+    with open_session(settings) as session:
         study = get_study(session, args.study)
         if args.action == "start":
             cohorts.start(session, study)
         elif args.action == "close":
             rnd = cohorts.close(session, study, args.round)
             print(f"round {rnd.number} of {args.study} closed: {rnd.detail}", file=sys.stderr)
-        _print(cohorts_public(session, study))
+        print_json(cohorts_public(session, study))
     return EXIT_OK
 
 
