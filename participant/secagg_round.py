@@ -3,7 +3,9 @@
 Order of operations (each step durable before the next)::
 
     verify config ─► local ledger check + reserve (before any noise) ─► exact counts (LSH
-    tables, then the dense grid if the study has one), clipped to the public max_records ─►
+    tables, then the dense grid if the study has one), clipped to the public max_records; if
+    the data cannot be read (or has no rows) the counts are zeros: a noise-only vector goes on
+    through the round exactly like any other, and the command exits 3 afterwards ─►
     noisy vector = counts + a noise share per part (common.secagg.vector), drawn ONCE, stored
     (rounds/<n>/noisy.npy) ─► per attempt: fresh X25519 keys (stored) ─► signed advert ─►
     verify roster ─► masked frame stored, then posted (retries send the same bytes) ─►
@@ -39,11 +41,13 @@ from common.secagg.vector import NoiseShare, noisy_secure_vector
 from common.secagg.wire import OCTET_STREAM
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
-from participant.contribute import exact_histograms
+from participant.contribute import ReleaseSubstituted, empty_counts, exact_histograms
 from participant.round_files import RoundFiles, register_identity
 from participant.state import write_private
 
 Stop = Literal["keys", "masked"] | None
+SUBSTITUTE = "substitute.txt"
+"""Written (local only) when the data could not be used and the vector is noise only."""
 
 
 def default_noise_share(
@@ -100,19 +104,34 @@ def _noisy_vector(
             )
         elif known[0].status == "abandoned":
             ledger.check(config.release_cost(), enrolment.cap)
-        exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
-                                 dense_grid=True)
-        if source.report.rows == 0:
-            raise ValueError(f"{data}: no records; nothing to release")
+        try:
+            exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
+                                     dense_grid=True)
+            substitute = None
+        except Exception as exc:  # the data must not decide whether this member goes on
+            exact, substitute = empty_counts(config), f"{type(exc).__name__}: {exc}"
         noisy = noisy_secure_vector(config, exact.lsh, exact.grid_dense, noise_share)
+        if substitute is not None:  # local only: stays on this machine
+            write_private(files.root / SUBSTITUTE, substitute.encode())
         tmp = files.root / "noisy.tmp.npy"
         np.save(tmp, noisy.astype(np.int64))
         write_private(path, tmp.read_bytes())
         tmp.unlink()
-        ledger.mark(
-            key, "acknowledged", detail=f"secure round {number}: noisy vector stored locally"
-        )
+        detail = f"secure round {number}: noisy vector stored locally"
+        if substitute is not None:
+            detail += f" (noise-only substitute: {substitute})"
+        ledger.mark(key, "acknowledged", detail=detail)
     return noisy.astype(np.int64)
+
+
+def _substituted(agent: Agent, study: str, number: int, files: RoundFiles, data: object) -> None:
+    """After the round: raise (exit 3) when this member's vector was noise only."""
+    path = files.root / SUBSTITUTE
+    if path.exists():
+        key = f"secagg-{study}-{number}"
+        with agent.ledger() as ledger:
+            entry = next(e for e in ledger.entries(study=study) if e.idempotency_key == key)
+        raise ReleaseSubstituted.after(data, entry, path.read_text())
 
 
 def _state(
@@ -199,6 +218,8 @@ def run_secure_round(
             if st.round != number:
                 raise RoundAbandoned(f"round {number} was replaced by round {st.round}")
             if st.status == "done":
+                if took_part:
+                    _substituted(agent, study, number, RoundFiles(rounds_dir / str(number)), data)
                 return {
                     "study": study,
                     "round": st.round,

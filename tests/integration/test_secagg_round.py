@@ -204,3 +204,32 @@ def test_rows_per_id_is_refused_in_a_secure_round_before_anything_is_charged(coh
                             text=True, timeout=60)
     assert json.loads(ledger.stdout)["entries"] == []
     assert c.spent(name) == "0"
+
+
+def test_a_member_whose_data_fails_goes_on_with_a_noise_only_vector(cohort):
+    """A bad value found while counting (after the reservation) must not make the member drop
+    out: that dropout would tell the coordinator something about the data. It goes through
+    the round with a noise-only vector like the others, is charged, and exits 3 afterwards."""
+    c = cohort("sa-bad-data")
+    bad = c.names[1]
+    rows = c.data[bad].read_text().splitlines()
+    rows[len(rows) // 2] = "0.5,not-a-number,0.5,0.5"
+    c.data[bad].write_text("\n".join(rows) + "\n")
+    for name in c.names:
+        c.start(name)
+    for name in c.names:
+        code, out = c.finish(name)
+        if name == bad:
+            assert code == 3 and "noise-only" in out, out
+        else:
+            assert code == 0, out
+    rounds = c.rounds()
+    assert [(r["attempt"], r["status"], r["cohort"]) for r in rounds] == [(1, "done", 4)]
+    doc, total = c.model()
+    np.testing.assert_array_equal(total, sum(c.noisy(n) for n in c.names))
+    assert doc["contributors"] == 4
+    assert [c.spent(n) for n in c.names] == ["0.5"] * 4
+    ledger = subprocess.run(cli(c.states[bad], "ledger", "--json"), capture_output=True,
+                            text=True, timeout=60)
+    (entry,) = json.loads(ledger.stdout)["entries"]
+    assert "noise-only substitute" in entry["detail"], entry
