@@ -11,7 +11,8 @@ from coordinator.services.rounds import list_rounds
 
 
 def rounds_section(session: Session) -> str:
-    """``<section>`` listing every round attempt: mode, status, cohort, masked, survivors."""
+    """``<section>`` listing every round attempt: mode, status, cohort, masked, survivors,
+    recovered by (members that sent shares in the recover phase)."""
     rows = []
     for rnd in list_rounds(session):
         r = round_public(session, rnd)
@@ -23,15 +24,18 @@ def rounds_section(session: Session) -> str:
             f'<td class="num" data-field="cohort">{r.cohort}</td>'
             f'<td class="num" data-field="masked">{r.masked}</td>'
             f'<td class="num" data-field="survivors">{r.survivors}</td>'
+            f'<td class="num" data-field="recovered_by">{r.recovered_by}</td>'
             f"<td>{escape(r.detail or '')}</td></tr>"
         )
     body = "".join(rows) or (
-        '<tr><td colspan="9" class="empty">No secure aggregation rounds yet.</td></tr>'
+        '<tr><td colspan="10" class="empty">No secure aggregation rounds yet.</td></tr>'
     )
     return (
         '<section><h2>Secure aggregation rounds</h2><div class="scroll"><table id="rounds">'
         "<thead><tr>"
         "<th>Study</th><th>Round</th><th>Attempt</th><th>Mode</th><th>Status</th>"
-        "<th>Cohort</th><th>Masked</th><th>Survivors</th><th>Detail</th></tr></thead>"
+        "<th>Cohort</th><th>Masked</th><th>Survivors</th>"
+        "<th title=\"members whose shares rebuilt the seeds of members lost after masking\">"
+        "Recovered by</th><th>Detail</th></tr></thead>"
         f"<tbody>{body}</tbody></table></div></section>"
     )

@@ -15,7 +15,7 @@ from test_dashboard_pages import _login
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 FIELDS = ("study_id", "round", "attempt", "mode", "status", "cohort", "masked", "survivors",
-          "detail")
+          "recovered_by", "detail")
 
 
 @dataclass
