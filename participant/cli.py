@@ -37,7 +37,8 @@ from common.errors import (
 )
 from participant.agent import Agent
 from participant.client import CoordinatorRefused
-from participant.commands import COMMANDS, build_parser
+from participant.commands import COMMANDS
+from participant.parser import build_parser
 from participant.state import NotEnrolled
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_DATA, EXIT_CONFIG = 0, 1, 2, 3, 4

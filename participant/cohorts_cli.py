@@ -8,12 +8,12 @@ from typing import Any
 
 
 def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    from participant.commands import SETTINGS, _data_args
+    from participant.parser import SETTINGS, data_args
 
     p = add("cohorts", "take part in the study's private cohort rounds (one noisy vector per "
                        "round, drawn once, charged on both ledgers before any noise is "
                        "drawn), then print the released cohorts: size, centre, rule path")
-    _data_args(p)
+    data_args(p)
     p.add_argument("--approve-schema", action="store_true",
                    help="approve the columns the current config releases, if they changed")
     p.add_argument("--send-slot", type=float, default=SETTINGS.send_slot, metavar="S",
