@@ -59,8 +59,7 @@ def bootstrap(args: argparse.Namespace, session: Any, keys: Any) -> list[str]:
 
 
 def cmd_bootstrap(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.cli import cmd_migrate
-    from coordinator.cli_support import key_store, open_session
+    from coordinator.cli_support import cmd_migrate, key_store, open_session
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     cmd_migrate(args, settings)

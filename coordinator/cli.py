@@ -23,6 +23,7 @@ from coordinator.cli_support import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
+    cmd_migrate,
     key_store,
     load_settings,
     open_session,
@@ -30,14 +31,6 @@ from coordinator.cli_support import (
 
 __all__ = ["EXIT_CONFIG", "EXIT_DATABASE", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "build_parser",
            "main"]
-
-
-def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
-    from coordinator.deployment import describe_url, upgrade_schema
-
-    change = upgrade_schema(settings)
-    print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
-    return EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace, settings: Any) -> int:

@@ -1,8 +1,10 @@
 """What every ``fedod-coordinator`` command shares: exit codes, settings, a session on the
-deployment's database, the signing key store and JSON printing."""
+deployment's database, the signing key store, JSON printing, and ``migrate`` (which
+``bootstrap`` runs too)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -42,3 +44,10 @@ def print_json(obj: Any) -> None:
         obj = obj.model_dump(mode="json")
     print(json.dumps(obj, indent=2, default=str))
 
+
+def cmd_migrate(args: argparse.Namespace, settings: Any) -> int:
+    from coordinator.deployment import describe_url, upgrade_schema
+
+    change = upgrade_schema(settings)
+    print(change.describe(describe_url(settings.resolved_database_url)), file=sys.stderr)
+    return EXIT_OK

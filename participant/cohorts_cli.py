@@ -6,20 +6,22 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from participant.cli_io import options, out
 
-def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    from participant.parser import SETTINGS, data_args
 
+def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser],
+                       data_args: Callable[[argparse.ArgumentParser], None],
+                       send_slot: float) -> None:
     p = add("cohorts", "take part in the study's private cohort rounds (one noisy vector per "
                        "round, drawn once, charged on both ledgers before any noise is "
                        "drawn), then print the released cohorts: size, centre, rule path")
     data_args(p)
     p.add_argument("--approve-schema", action="store_true",
                    help="approve the columns the current config releases, if they changed")
-    p.add_argument("--send-slot", type=float, default=SETTINGS.send_slot, metavar="S",
+    p.add_argument("--send-slot", type=float, default=send_slot, metavar="S",
                    help="send each round's vector S seconds after reading the round's state, "
                         "however long reading the data takes (env FEDOD_SEND_SLOT; default: "
-                        f"{SETTINGS.send_slot:g})")
+                        f"{send_slot:g})")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
                    help="give up after S seconds without a round to send or a released "
                         "model (600); rerunning resumes")
@@ -41,12 +43,11 @@ def _text(doc: dict[str, Any]) -> str:
 
 def cmd_cohorts(agent: Any, args: argparse.Namespace) -> None:
     from participant.cohorts import run_cohorts
-    from participant.commands import _options, _out
 
-    doc = run_cohorts(agent, args.study, args.data, _options(args),
+    doc = run_cohorts(agent, args.study, args.data, options(args),
                       approve_schema=args.approve_schema, wait=args.wait,
                       send_slot=args.send_slot, stop_after=args.stop_after)
     if "stopped_after" in doc:
-        _out(args, doc, f"left cohort round {doc['round']} after storing its noisy vector")
+        out(args, doc, f"left cohort round {doc['round']} after storing its noisy vector")
         return
-    _out(args, doc, _text(doc))
+    out(args, doc, _text(doc))

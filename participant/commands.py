@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from decimal import Decimal
@@ -12,9 +11,10 @@ from typing import Any
 
 import httpx
 
-from common.budget import PrivacyBudget, plain_decimal
+from common.budget import plain_decimal
 from common.errors import FedodError
-from participant.agent import Agent, DataOptions
+from participant.agent import Agent
+from participant.cli_io import options, out
 from participant.cohorts_cli import cmd_cohorts
 from participant.config import Settings
 from participant.parser import build_parser
@@ -26,28 +26,6 @@ __all__ = ["COMMANDS", "build_parser"]
 def count(n: int, noun: str) -> str:
     """``1 contributor``, ``2 contributors``."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _json_value(value: Any) -> Any:
-    """JSON for values json does not know: decimals as plain decimal strings ("0", "1.5",
-    never "0E-18" or "1.000000000"), budgets as their two numbers, the rest as text."""
-    if isinstance(value, Decimal):
-        return plain_decimal(value)
-    if isinstance(value, PrivacyBudget):
-        return {"epsilon": _json_value(value.epsilon), "delta": _json_value(value.delta)}
-    return str(value)
-
-
-def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
-    print(json.dumps(doc, default=_json_value) if args.json else text)
-
-
-def _options(args: argparse.Namespace) -> DataOptions:
-    if args.scheduler and args.engine != "dask":
-        raise ValueError("--scheduler needs --engine dask")
-    return DataOptions(args.id_column, tuple(args.ignore_column), args.out_of_bounds,
-                       args.chunk_rows, args.progress, getattr(args, "rows_per_id", None),
-                       args.engine, args.scheduler)
 
 
 def _clipped(clipped: dict[str, int]) -> str:
@@ -70,7 +48,7 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
     from participant.round_files import ensure_identity
 
     ensure_identity(agent)  # the long-term identity key for secure rounds
-    _out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
+    out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
                 "delta_cap": e.delta_cap, "max_release_epsilon": e.max_release_epsilon},
          f"enrolled with {e.coordinator_url}; key {e.key_fingerprint} pinned; local cap "
@@ -84,7 +62,7 @@ def cmd_approve(agent: Agent, args: argparse.Namespace) -> None:
     old = [] if before is None else before["columns"]
     added = [c for c in doc["columns"] if c not in old]
     removed = [c for c in old if c not in doc["columns"]]
-    _out(args, {**doc, "added": added, "removed": removed},
+    out(args, {**doc, "added": added, "removed": removed},
          f"approved the columns config v{doc['config_version']} of {args.study} releases: "
          f"{doc['columns']} (added {added}, removed {removed})")
 
@@ -96,20 +74,20 @@ def cmd_config(agent: Agent, args: argparse.Namespace) -> None:
            "digest": signed.digest(), "features": [f.name for f in c.features],
            "epsilon_per_release": cost.epsilon, "delta_per_release": cost.delta,
            "grid": c.grid_layout}
-    _out(args, doc, f"study {c.study_id} config v{c.version} verified (expires "
+    out(args, doc, f"study {c.study_id} config v{c.version} verified (expires "
                     f"{c.expires_at:%Y-%m-%d}); {len(c.features)} features; each release "
                     f"costs {cost}; grid: {c.grid_layout or 'none'}")
 
 
 def cmd_check_data(agent: Agent, args: argparse.Namespace) -> None:
-    source = agent.check_data(args.study, args.data, _options(args))
+    source = agent.check_data(args.study, args.data, options(args))
     r = source.report
-    _out(args, {"file": r.path, "rows": r.rows, "clipped": r.clipped},
+    out(args, {"file": r.path, "rows": r.rows, "clipped": r.clipped},
          f"{r.path}: {r.rows} records match the study schema; {_clipped(r.clipped)}")
 
 
 def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
-    o = agent.contribute(args.study, args.data, _options(args), send_slot=args.send_slot,
+    o = agent.contribute(args.study, args.data, options(args), send_slot=args.send_slot,
                          approve_schema=args.approve_schema)
     if o.send_slots > 1:
         print(f"warning: reading the data took longer than the send slot ({args.send_slot:g} "
@@ -122,7 +100,7 @@ def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
     if o.sent and o.sent[0].resent:
         print("a pending release was re-sent (no new noise drawn); run contribute again "
               "for a new release", file=sys.stderr)
-    _out(args, {"sent": [s.__dict__ for s in o.sent], "clipped": o.clipped,
+    out(args, {"sent": [s.__dict__ for s in o.sent], "clipped": o.clipped,
                 "dropped_over_rows_per_id": o.dropped, "send_slots": o.send_slots,
                 "epsilon_spent": o.spent.epsilon, "delta_spent": o.spent.delta,
                 "epsilon_cap": o.cap.epsilon},
@@ -131,10 +109,10 @@ def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
-    summary, model = agent.score(args.study, args.data, args.output, _options(args),
+    summary, model = agent.score(args.study, args.data, args.output, options(args),
                                  contamination=args.contamination, top_k=args.top_k)
     spent = agent.spent()
-    _out(args, {"rows": summary.rows, "flagged": summary.flagged, "output": summary.output,
+    out(args, {"rows": summary.rows, "flagged": summary.flagged, "output": summary.output,
                 "contributors": model.contributors, "model_version": model.version,
                 "epsilon_spent": spent.epsilon, "clipped": summary.clipped},
          f"scored {summary.rows} records -> {summary.output}; flagged {summary.flagged} "
@@ -145,9 +123,9 @@ def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
 def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
     from participant.run import run_round
 
-    doc = run_round(agent, args, _options(args))
+    doc = run_round(agent, args, options(args))
     what = "released a new noisy histogram" if doc["released_now"] else "already released"
-    _out(args, doc, f"{what} for {args.study}; model has "
+    out(args, doc, f"{what} for {args.study}; model has "
                     f"{count(int(str(doc['contributors'])), 'contributor')}; scored {doc['rows']} "
                     f"records -> {doc['output']}; flagged {doc['flagged']}; local epsilon "
                     f"spent {doc['epsilon_spent']}")
@@ -168,7 +146,7 @@ def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
              f"eps={r['epsilon'].normalize():f} delta={r['delta'].normalize():f} "
              f"{r['status']:<12} {r['key']}" for r in rows]
     lines.append(f"total spent {spent}")
-    _out(args, {"entries": rows, "epsilon_spent": spent.epsilon, "delta_spent": spent.delta},
+    out(args, {"entries": rows, "epsilon_spent": spent.epsilon, "delta_spent": spent.delta},
          "\n".join(lines))
 
 
@@ -190,7 +168,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
     except (FedodError, httpx.HTTPError) as exc:
         doc["coordinator_error"] = str(exc)
         args.deferred_error = exc  # participant.cli exits with its code after the output
-    _out(args, doc, "\n".join(
+    out(args, doc, "\n".join(
         f"{k}: {', '.join(v) or 'none' if isinstance(v, list) else _json_text(v)}"
         for k, v in doc.items()))
 
@@ -202,12 +180,12 @@ def _json_text(value: Any) -> str:
 def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
     from participant.secagg_round import run_secure_round
 
-    doc = run_secure_round(agent, args.study, args.data, _options(args), wait=args.wait,
+    doc = run_secure_round(agent, args.study, args.data, options(args), wait=args.wait,
                            stop_after=args.stop_after)
     if "stopped_after" in doc:
-        _out(args, doc, f"left round {doc['round']} after sending {doc['stopped_after']}")
+        out(args, doc, f"left round {doc['round']} after sending {doc['stopped_after']}")
         return
-    _out(args, doc, f"round {doc['round']} of {args.study} done (attempt {doc['attempt']}): "
+    out(args, doc, f"round {doc['round']} of {args.study} done (attempt {doc['attempt']}): "
                     f"sum of {doc['cohort']} participants revealed, {doc['survivors']} "
                     "answered the unmask")
 

@@ -163,7 +163,7 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     from participant.stream_cmd import add_parser as add_stream
 
     add_stream(add)
-    add_cohorts_parser(add)
+    add_cohorts_parser(add, data_args, SETTINGS.send_slot)
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser
