@@ -104,6 +104,7 @@ def _noisy_vector(
             )
         elif known[0].status == "abandoned":
             ledger.check(config.release_cost(), enrolment.cap)
+        (files.root / SUBSTITUTE).unlink(missing_ok=True)  # left by a crash before noisy.npy
         try:
             exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
                                      dense_grid=True)
