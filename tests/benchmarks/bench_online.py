@@ -140,9 +140,9 @@ def run(s: Split, pool: np.ndarray, evaluate: np.ndarray, orders: int, cfg: Onli
 
 
 def candidate(d: int, batch: int, steps: tuple[float, float], average: bool,
-              eps: str = "1") -> OnlineParams:
+              eps: str = "1", eps_g: str | None = None) -> OnlineParams:
     return OnlineParams(dim=d, batch=batch, radius_w=steps[0], eta0=steps[1], average=average,
-                        epsilon_select=eps, epsilon_gradient=eps)
+                        epsilon_select=eps, epsilon_gradient=eps_g or eps)
 
 
 def fmt(row: np.ndarray) -> str:
@@ -218,12 +218,23 @@ def report(s: Split, orders: int, folds: int, select_orders: int) -> None:
         err, rate = run(s, train, s.test, orders, p.learner(), p)
         tag = " (chosen)" if b == chosen.batch else ""
         print(f"| private eps 1+1, labels {b}{tag} | {rate:.1f} | {fmt(err)} |")
+    p = candidate(d, 5, (chosen.radius_w, chosen.eta0), chosen.average)
+    window = OnlineConfig(**{**p.learner().__dict__, "scheme": "records"})
+    err, rate = run(s, train, s.test, orders, window, p)
+    print(f"| private eps 1+1, window 5 (a batch every 5 records) | {rate:.1f} | {fmt(err)} |")
     print(f"\nEpsilon sweep (eps_s = eps_g = eps, the chosen settings):\n\n"
           f"{table_head('eps_s = eps_g')}")
     for eps in ("0.25", "0.5", "1", "2", "4"):
         p = candidate(d, chosen.batch, (chosen.radius_w, chosen.eta0), chosen.average, eps)
         err, rate = run(s, train, s.test, orders, p.learner(), p)
         print(f"| {eps} | {rate:.1f} | {fmt(err)} |")
+    print(f"\nThe same charge per slot split differently (the chosen settings):\n\n"
+          f"{table_head('eps_s + eps_g (charge per slot)')}")
+    for eps_s, eps_g in (("1", "1"), ("0.001", "1.998")):
+        p = candidate(d, chosen.batch, (chosen.radius_w, chosen.eta0), chosen.average, eps_s,
+                      eps_g)
+        err, rate = run(s, train, s.test, orders, p.learner(), p)
+        print(f"| {eps_s} + {eps_g} ({p.epoch_cost()}) | {rate:.1f} | {fmt(err)} |")
 
 
 def main() -> None:
