@@ -183,7 +183,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--stream: records in the pooled stream (16000)")
     p.add_argument("--query-p", type=float, default=0.09, metavar="P",
                    help="--stream: top query probability of the exponential rule (0.09, "
-                        "the paper's)")
+                        "as in bench_online.py)")
     p.add_argument("--chunks", type=int, default=4, metavar="K",
                    help="--stream: K rounds, one schedule window each (a hospital's share "
                         "/ K slots per window, one noisy release per hospital and window, "
