@@ -6,15 +6,17 @@ Run from the repository root::
     nice -n 10 .venv/bin/python tests/benchmarks/bench_online.py --orders 3 --datasets digits
 
 Protocol (no setting is chosen on the test set): each data set is split once into a test
-part and a training part; the training part is split again into a selection part and a
-validation part. Every candidate setting of :data:`GRID` (fixed before any run: label batch,
-step size, weight ball, iterate averaging) runs the private learner (exponential query rule,
-epsilon_s = epsilon_g = 1, delta_g = 1e-6) on streams resampled from the selection part; the
-setting with the lowest mean *validation* error at 500 labels is kept. Only then is it run on
-streams resampled from the whole training part and scored on the test part, over ``--orders``
-stream orders, beside the non-private online learner (every record labelled), a batch linear
-SVM (sklearn LinearSVC) on the training stream, the issue's label batch sizes 1, 2, 5, 10, 20
-and an epsilon sweep 0.25..4. Noise: OpenDP (``common.online.noise``).
+part and a training part. The setting is chosen by k-fold cross-validation over the training
+part only (``--folds``, 5): every candidate of :data:`GRID` (fixed before any run: label
+batch, step size, weight ball, iterate averaging) runs the private learner (exponential query
+rule, epsilon_s = epsilon_g = 1, delta_g = 1e-6) on streams resampled from k - 1 folds and is
+scored on the held-out fold, ``--select-orders`` streams per fold; the candidate with the
+lowest mean error at 500 labels over folds x orders is kept (every candidate sees the same
+folds and stream orders; the noise is fresh). Only then is it run on streams resampled from
+the whole training part and scored on the test part, over ``--orders`` stream orders, beside
+the non-private online learner (every record labelled), a batch linear SVM (sklearn
+LinearSVC) on the training records, the issue's label batch sizes 1, 2, 5, 10, 20 and an
+epsilon sweep 0.25..4. Noise: OpenDP (``common.online.noise``).
 
 Feature scaling of the ODDS sets uses per-feature min/max of the whole file as a stand-in for
 a study's public bounds (a benchmark convenience; a deployment takes them from the signed
@@ -40,10 +42,14 @@ from common.online import OnlineConfig, OnlineParams, OnlineSVM  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 CHECKPOINTS = (50, 100, 200, 300, 500)
-STREAM = 6000
-GRID = {"batch": (10, 50, 100, 250), "steps": ((10.0, 1.0), (100.0, 10.0)),
-        "average": (True, False)}
-"""Candidates, fixed a priori: (R, eta0) pairs are the two step regimes tried before."""
+STREAM = 7000
+"""Records per stream: at most p = 0.09 of them are queried, and 7000 make the 500th label
+certain in practice (6000 at a query rate of ~8.5 % fell short of 500 in some streams)."""
+GRID = {"batch": (50, 100, 250, 500), "steps": ((10.0, 1.0), (100.0, 10.0)),
+        "average": (True,)}
+"""Candidates, fixed a priori (8, few, so that the selection is steady): label batches from
+50 (10 steps by 500 labels) to 500 (one step), the two (R, eta0) step regimes tried before,
+iterate averaging always on (free post-processing that damps the noise of the last steps)."""
 
 
 @dataclass
@@ -52,13 +58,12 @@ class Split:
     X: np.ndarray  # rows in the unit ball, last feature a constant (bias)
     y: np.ndarray  # -1 / +1
     test: np.ndarray
-    select: np.ndarray
-    valid: np.ndarray
+    train: np.ndarray
     note: str
 
-    @property
-    def train(self) -> np.ndarray:
-        return np.concatenate([self.select, self.valid])
+    def folds(self, k: int) -> list[np.ndarray]:
+        """k disjoint folds of the training rows (``train`` is already a random order)."""
+        return np.array_split(self.train, k)
 
 
 def to_ball(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -70,9 +75,7 @@ def to_ball(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 def make_split(name: str, Z: np.ndarray, y: np.ndarray, n_test: int, note: str) -> Split:
     perm = np.random.default_rng(0).permutation(len(y))  # split only, never noise
-    test, train = perm[:n_test], perm[n_test:]
-    n_valid = max(len(train) // 5, 50)
-    return Split(name, Z, y, test, train[n_valid:], train[:n_valid], note)
+    return Split(name, Z, y, perm[:n_test], perm[n_test:], note)
 
 
 def load(name: str) -> Split | None:
@@ -99,36 +102,47 @@ def error(w: np.ndarray, Z: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.where(Z @ w >= 0, 1, -1) != y))
 
 
-def run_once(svm: OnlineSVM, X: np.ndarray, y: np.ndarray, Xe: np.ndarray, ye: np.ndarray
-             ) -> list[float]:
+def run_once(svm: OnlineSVM, X: np.ndarray, y: np.ndarray, Xe: np.ndarray, ye: np.ndarray,
+             whole: bool = True) -> list[float]:
     """One stream; evaluation error each time the label count crosses a checkpoint, then
-    at the end of the stream."""
+    at the end of the stream (``whole=False``: stop at the last checkpoint)."""
     out: list[float] = []
     for x, label in zip(X, y, strict=True):
         svm.step(x, lambda label=label: int(label))
         if len(out) < len(CHECKPOINTS) and svm.queried_ >= CHECKPOINTS[len(out)]:
             out.append(error(svm.coef_, Xe, ye))
+            if not whole and len(out) == len(CHECKPOINTS):
+                break
     last = error(svm.coef_, Xe, ye)
     return out + [last] * (len(CHECKPOINTS) - len(out)) + [last]
+
+
+def runs(s: Split, pool: np.ndarray, evaluate: np.ndarray, orders: int, cfg: OnlineConfig,
+         params: OnlineParams | None, whole: bool = True, seed: int = 2
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Error (%) per stream and checkpoint, and query rate (%) per stream, over ``orders``
+    streams resampled from ``pool`` (the stream orders come from ``seed``; noise is fresh)."""
+    rng = np.random.default_rng(seed)  # stream orders only, never noise
+    errs, rates = [], []
+    for _ in range(orders):
+        rows = rng.choice(pool, size=STREAM)
+        svm = OnlineSVM(cfg, *((params.rule(), params.noise()) if params else (None, None)))
+        errs.append(run_once(svm, s.X[rows], s.y[rows], s.X[evaluate], s.y[evaluate], whole))
+        rates.append(svm.queried_ / svm.seen_)
+    return 100 * np.array(errs), 100 * np.array(rates)
 
 
 def run(s: Split, pool: np.ndarray, evaluate: np.ndarray, orders: int, cfg: OnlineConfig,
         params: OnlineParams | None) -> tuple[np.ndarray, float]:
     """Mean error (%) per checkpoint over ``orders`` streams resampled from ``pool``."""
-    rng = np.random.default_rng(2)  # stream orders only
-    errs, rates = [], []
-    for _ in range(orders):
-        rows = rng.choice(pool, size=STREAM)
-        svm = OnlineSVM(cfg, *((params.rule(), params.noise()) if params else (None, None)))
-        errs.append(run_once(svm, s.X[rows], s.y[rows], s.X[evaluate], s.y[evaluate]))
-        rates.append(svm.queried_ / svm.seen_)
-    return 100 * np.mean(errs, axis=0), 100 * float(np.mean(rates))
+    errs, rates = runs(s, pool, evaluate, orders, cfg, params)
+    return errs.mean(axis=0), float(rates.mean())
 
 
 def candidate(d: int, batch: int, steps: tuple[float, float], average: bool,
-              eps: str = "1") -> OnlineParams:
+              eps: str = "1", eps_g: str | None = None) -> OnlineParams:
     return OnlineParams(dim=d, batch=batch, radius_w=steps[0], eta0=steps[1], average=average,
-                        epsilon_select=eps, epsilon_gradient=eps)
+                        epsilon_select=eps, epsilon_gradient=eps_g or eps)
 
 
 def fmt(row: np.ndarray) -> str:
@@ -141,29 +155,49 @@ def table_head(first: str) -> str:
             + "|---" * (len(CHECKPOINTS) + 3) + "|")
 
 
-def select(s: Split, d: int, orders: int) -> OnlineParams:
-    """Pick the candidate with the lowest mean validation error at 500 labels."""
-    print(f"Selection: private learner (eps 1+1) on streams from {len(s.select)} selection "
-          f"records, error on {len(s.valid)} validation records, {orders} orders:\n")
-    print(table_head("batch, R, eta0, averaged"))
+def cross_validate(s: Split, p: OnlineParams, k: int, orders: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Errors (%) per (fold, order) and checkpoint, streams stopped at the last checkpoint,
+    and query rates (%): train on k - 1 folds, score on the held-out one."""
+    folds = s.folds(k)
+    errs, rates = [], []
+    for i, held in enumerate(folds):
+        pool = np.concatenate([f for j, f in enumerate(folds) if j != i])
+        e, r = runs(s, pool, held, orders, p.learner(), p, whole=False, seed=100 + i)
+        errs.append(e)
+        rates.append(r)
+    return np.concatenate(errs), np.concatenate(rates)
+
+
+def select(s: Split, d: int, k: int, orders: int) -> OnlineParams:
+    """Pick the candidate with the lowest mean cross-validated error at 500 labels."""
+    print(f"Selection by {k}-fold cross-validation on the {len(s.train)} training records "
+          f"(streams from {k - 1} folds, error on the held-out fold, {orders} stream orders "
+          f"per fold: {k * orders} runs per candidate; private learner, eps 1+1; streams "
+          f"stopped at {CHECKPOINTS[-1]} labels):\n")
+    marks = " | ".join(f"{m} labels" for m in CHECKPOINTS)
+    print(f"| batch, R, eta0, averaged | queried % | {marks} | sd of runs at "
+          f"{CHECKPOINTS[-1]} |\n" + "|---" * (len(CHECKPOINTS) + 3) + "|")
     best: tuple[float, OnlineParams] | None = None
     for batch, steps, avg in itertools.product(*GRID.values()):
         p = candidate(d, batch, steps, avg)
-        err, rate = run(s, s.select, s.valid, orders, p.learner(), p)
-        print(f"| {batch}, {steps[0]:g}, {steps[1]:g}, {avg} | {rate:.1f} | {fmt(err)} |")
+        errs, rates = cross_validate(s, p, k, orders)
+        err = errs.mean(axis=0)
+        print(f"| {batch}, {steps[0]:g}, {steps[1]:g}, {avg} | {rates.mean():.1f} | "
+              f"{fmt(err[:-1])} | {errs[:, -2].std(ddof=1):.1f} |")
         if best is None or err[-2] < best[0]:
             best = (float(err[-2]), p)
     assert best is not None
     return best[1]
 
 
-def report(s: Split, orders: int, select_orders: int) -> None:
+def report(s: Split, orders: int, folds: int, select_orders: int) -> None:
     d = s.X.shape[1]
     train = s.train
     print(f"\n### {s.name} (d = {d} with bias; {len(train)} training records resampled into "
           f"{STREAM}-record streams, {len(s.test)} test; {s.note})\n")
-    chosen = select(s, d, select_orders)
-    print(f"\nChosen on validation: labels batch {chosen.batch}, R = {chosen.radius_w:g}, "
+    chosen = select(s, d, folds, select_orders)
+    print(f"\nChosen by cross-validation: labels batch {chosen.batch}, R = {chosen.radius_w:g}, "
           f"eta0 = {chosen.eta0:g}, averaged = {chosen.average}; exponential rule p = "
           f"{chosen.p}, true eps_s = {chosen.rule().epsilon():.4f}; charge per slot "
           f"{chosen.epoch_cost()}.\n")
@@ -184,19 +218,32 @@ def report(s: Split, orders: int, select_orders: int) -> None:
         err, rate = run(s, train, s.test, orders, p.learner(), p)
         tag = " (chosen)" if b == chosen.batch else ""
         print(f"| private eps 1+1, labels {b}{tag} | {rate:.1f} | {fmt(err)} |")
+    p = candidate(d, 5, (chosen.radius_w, chosen.eta0), chosen.average)
+    window = OnlineConfig(**{**p.learner().__dict__, "scheme": "records"})
+    err, rate = run(s, train, s.test, orders, window, p)
+    print(f"| private eps 1+1, window 5 (a batch every 5 records) | {rate:.1f} | {fmt(err)} |")
     print(f"\nEpsilon sweep (eps_s = eps_g = eps, the chosen settings):\n\n"
           f"{table_head('eps_s = eps_g')}")
     for eps in ("0.25", "0.5", "1", "2", "4"):
         p = candidate(d, chosen.batch, (chosen.radius_w, chosen.eta0), chosen.average, eps)
         err, rate = run(s, train, s.test, orders, p.learner(), p)
         print(f"| {eps} | {rate:.1f} | {fmt(err)} |")
+    print(f"\nThe same charge per slot split differently (the chosen settings):\n\n"
+          f"{table_head('eps_s + eps_g (charge per slot)')}")
+    for eps_s, eps_g in (("1", "1"), ("0.001", "1.998")):
+        p = candidate(d, chosen.batch, (chosen.radius_w, chosen.eta0), chosen.average, eps_s,
+                      eps_g)
+        err, rate = run(s, train, s.test, orders, p.learner(), p)
+        print(f"| {eps_s} + {eps_g} ({p.epoch_cost()}) | {rate:.1f} | {fmt(err)} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--orders", type=int, default=10, help="test stream orders (10)")
-    ap.add_argument("--select-orders", type=int, default=10,
-                    help="stream orders per candidate in the selection (10)")
+    ap.add_argument("--folds", type=int, default=5,
+                    help="cross-validation folds of the training records (5)")
+    ap.add_argument("--select-orders", type=int, default=6,
+                    help="stream orders per candidate and fold in the selection (6)")
     ap.add_argument("--datasets", nargs="*", default=["digits", "mnist", "http"])
     args = ap.parse_args()
     start = time.process_time()
@@ -205,7 +252,7 @@ def main() -> None:
         if s is None:
             print(f"\n{name}: not found under {DATA}, skipped")
             continue
-        report(s, args.orders, args.select_orders)
+        report(s, args.orders, args.folds, args.select_orders)
     print(f"\nCPU time: {time.process_time() - start:.0f} s; errors in %, mean over stream "
           "orders; a learner that never reaches a label count shows its end-of-stream error "
           "there.")
