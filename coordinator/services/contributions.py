@@ -75,8 +75,10 @@ def _replay(session: Session, previous: int, previous_sha256: str, digest: str) 
             "payload; a retry must resend exactly the same release",
             contribution=previous,
         )
-    stored = session.get(Contribution, previous)
-    assert stored is not None, "a stored contribution is never deleted"
+    row = session.get(Contribution, previous)
+    assert row is not None, "a stored contribution is never deleted"
+    stored = Stored(row.id, row.study_id, row.config_version, row.eps_units, row.delta_units,
+                    row.created_at, row.model_version)  # plain values: outlive the session
     return Outcome(stored, replay=True)
 
 
@@ -166,9 +168,10 @@ def prepare(
     """Validate a release fully (budget before decoding): a replay's outcome, or what to store.
 
     ``caller`` is the route's one read (``services.ingest_lookup``), done in the session's
-    open transaction; it is ended before decoding (on SQLite it holds the write lock). The
-    write runs in another transaction: :func:`store_one`, or a batch of the process's
-    group commit (``services.group_commit``).
+    open transaction; on SQLite that transaction is ended before decoding (it holds the
+    database's write lock), on PostgreSQL it goes on into the write (no lock is held yet, and
+    each statement reads a fresh snapshot at READ COMMITTED). The write is :func:`store_one`,
+    or one batch of the process's group commit (``services.group_commit``).
     """
     assert caller.study_id is not None
     digest = request_digest(body)
@@ -195,7 +198,8 @@ def prepare(
         body.lsh.model_dump_json(),
         body.grid.model_dump_json() if body.grid is not None else None,
     )
-    session.rollback()  # end the read transaction (SQLite: the write lock) before decoding
+    if session.connection().dialect.name != "postgresql":
+        session.rollback()  # end the read transaction: on SQLite it holds the write lock
     decode_release(config, body, max_decoded_bytes)
     return Prepared(release, cost, body)
 

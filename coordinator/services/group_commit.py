@@ -31,25 +31,29 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, TypeVar
 
-from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.services import driver_sql
+from coordinator.services import charge, charge_pg
 from coordinator.services.charge import Stored
-from coordinator.services.contributions import Prepared, writer_for
+from coordinator.services.contributions import Outcome, Prepared
+from coordinator.services.ingest_lookup import IngestCaller, lookup_many
 
 REFUSED: Final = "refused"
 ALONE: Final = "alone"
 Result = Stored | str
 
-LOCK_PARTICIPANTS = text("SELECT id FROM participants WHERE id = ANY(:ids) ORDER BY id FOR UPDATE")
 MAX_BATCH = 64
+T = TypeVar("T")
 
 
 def store_batch(session: Session, items: list[Prepared]) -> list[Result]:
     """Store ``items`` in one transaction of ``session`` and commit; one result per item."""
+    if not items:
+        return []
     results: list[Result] = [ALONE] * len(items)
     seen: set[tuple[int, str, str]] = set()
     order = []
@@ -61,13 +65,13 @@ def store_batch(session: Session, items: list[Prepared]) -> list[Result]:
             order.append(i)
     try:
         conn = session.connection()
-        ids = sorted({items[i].release.participant_id for i in order})
-        if len(ids) > 1 and conn.dialect.name == "postgresql":
-            driver_sql.fetch(conn, LOCK_PARTICIPANTS, {"ids": ids})
-        write = writer_for(conn)
-        for i in order:
-            stored = write(conn, items[i].release, items[i].check)
-            results[i] = REFUSED if stored is None else stored
+        if conn.dialect.name == "postgresql":
+            stored = charge_pg.store_many(conn, [items[i].release for i in order],
+                                          [items[i].check for i in order])
+        else:
+            stored = [charge.store(conn, items[i].release, items[i].check) for i in order]
+        for i, one in zip(order, stored, strict=True):
+            results[i] = REFUSED if one is None else one
         session.commit()
     except Exception:  # every item runs again alone, which reports its own error
         session.rollback()
@@ -79,35 +83,59 @@ def _lock_key(item: Prepared) -> tuple[str, int]:
     return item.release.study_id, item.release.participant_id
 
 
-Waiter = tuple[Prepared, asyncio.AbstractEventLoop, "asyncio.Future[Result]"]
+Read = Callable[[Session, IngestCaller | None], Outcome | Prepared]
+Settle = Callable[[Session, Prepared, str], Outcome]
+
+
+@dataclass
+class Job:
+    """One request: ``wanted`` (credential, study, idempotency key) to look up, ``read``
+    (check the caller found, validate, decode), and ``settle`` for what the batch could not
+    store (:data:`REFUSED` or :data:`ALONE`), in a transaction of its own."""
+
+    wanted: tuple[str, str, str]
+    read: Read
+    settle: Settle
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Outcome]
+    step: Outcome | Prepared | BaseException | None = None
 
 
 class GroupWriter:
-    """One per process: batches the pending releases, one writer thread, one commit a batch.
+    """One per process: one thread runs the pending requests' work in batches, one commit each.
 
-    Not bound to an event loop: each waiter carries its own loop, and the batches run on the
-    writer's own thread, one at a time; releases that arrive while a batch runs form the next.
+    A batch (all pending requests, at most :data:`MAX_BATCH`) runs in one session: every
+    request's read (caller, replay, validation, decoding; an error answers that request
+    only), then :func:`store_batch` for those that are ready, then each refused or
+    left-alone release in its own transaction. The session's connection is checked out (and
+    pinged) once a batch, not once a request. Requests arriving meanwhile form the next
+    batch. Not bound to an event loop: each job carries its own.
     """
 
-    def __init__(self, factory: sessionmaker[Session],
-                 store: Callable[[Session, list[Prepared]], list[Result]] = store_batch) -> None:
+    def __init__(self, factory: sessionmaker[Session]) -> None:
         self._factory = factory
-        self._store = store
         self._lock = threading.Lock()
-        self._pending: list[Waiter] = []
+        self._pending: list[Job] = []
         self._busy = False
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="fedod-group-commit")
 
-    async def write(self, item: Prepared) -> Result:
-        """Store ``item`` with whatever else is pending; a :class:`Stored` once committed."""
+    async def run(self, wanted: tuple[str, str, str], read: Read, settle: Settle) -> Outcome:
+        """Look up, ``read``, then store with whatever else is pending; the outcome once
+        committed (or the error that answers this request)."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Result] = loop.create_future()
+        job = Job(wanted, read, settle, loop, loop.create_future())
         with self._lock:
-            self._pending.append((item, loop, future))
+            self._pending.append(job)
             start, self._busy = not self._busy, True
         if start:
             self._thread.submit(self._drain)
-        return await future
+        return await job.future
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting for the next batch."""
+        with self._lock:
+            return len(self._pending)
 
     def _drain(self) -> None:
         while True:
@@ -118,17 +146,59 @@ class GroupWriter:
                     return
             try:
                 with self._factory() as session:
-                    results = self._store(session, [item for item, _, _ in batch])
-            except Exception:  # e.g. no connection: each runs alone and reports its error
-                results = [ALONE] * len(batch)
-            for (_, loop, future), result in zip(batch, results, strict=True):
+                    run_batch(session, batch)
+            except BaseException as exc:  # e.g. no connection: answer every job still open
+                for job in batch:
+                    if not isinstance(job.step, Outcome | BaseException):
+                        job.step = exc
+            for job in batch:
                 with contextlib.suppress(RuntimeError):  # that request's loop is closed
-                    loop.call_soon_threadsafe(_settle, future, result)
+                    job.loop.call_soon_threadsafe(_answer, job.future, job.step)
 
 
-def _settle(future: asyncio.Future[Result], result: Result) -> None:
-    if not future.done():  # the request may have been cancelled meanwhile
-        future.set_result(result)
+def run_batch(session: Session, batch: list[Job]) -> None:
+    """The batch's lookups (one query), each job's read, the batch's one write transaction,
+    then the stragglers alone."""
+    found = _attempt(session, lambda: lookup_many(session.connection(),
+                                                  [job.wanted for job in batch]))
+    for i, job in enumerate(batch):
+        if isinstance(found, BaseException):
+            job.step = found
+            continue
+        job.step = _attempt(session, lambda job=job, caller=found[i]: job.read(session, caller))
+    ready = [job for job in batch if isinstance(job.step, Prepared)]
+    results = store_batch(session, [job.step for job in ready])  # type: ignore[misc]
+    for job, result in zip(ready, results, strict=True):
+        prepared = job.step
+        assert isinstance(prepared, Prepared)
+        if isinstance(result, Stored):
+            job.step = Outcome(result, replay=False)
+        else:
+            job.step = _attempt(
+                session, lambda job=job, p=prepared, r=result: job.settle(session, p, r))
+
+
+def _attempt(session: Session, work: Callable[[], T]) -> T | BaseException:
+    """``work()`` or its error (that request's answer); once more after a dropped connection
+    (every step is safe to repeat: reads, and writes keyed by the idempotency key)."""
+    for again in (True, False):
+        try:
+            return work()
+        except Exception as exc:  # the session starts clean for the next step
+            session.rollback()
+            if not (again and isinstance(exc, DBAPIError) and exc.connection_invalidated):
+                return exc
+    raise AssertionError("unreachable")
+
+
+def _answer(future: asyncio.Future[Outcome], step: object) -> None:
+    if future.done():  # the request was cancelled meanwhile
+        return
+    if isinstance(step, BaseException):
+        future.set_exception(step)
+    else:
+        assert isinstance(step, Outcome)
+        future.set_result(step)
 
 
 _writers_lock = threading.Lock()

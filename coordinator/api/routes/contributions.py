@@ -12,8 +12,7 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import Credentials, ingest_caller
-from coordinator.api.onehop import in_one_hop
+from coordinator.api.deps import Credentials, ingest_caller, ingest_token
 from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution
@@ -63,24 +62,23 @@ async def create_contribution(
     replaces its earlier one in the model; every release is charged.
     """
 
-    def read(session: Session, settings: Settings) -> tuple[IngestCaller, Outcome | Prepared]:
-        caller = ingest_caller(session, settings, creds, study_id, body.idempotency_key)
-        return caller, counted(session, caller, body, lambda: contributions.prepare(
+    settings: Settings = request.app.state.settings
+    token = ingest_token(settings, creds)
+    named: list[IngestCaller] = []
+
+    def read(session: Session, found: IngestCaller | None) -> Outcome | Prepared:
+        caller = ingest_caller(found, study_id)
+        named.append(caller)
+        return counted(session, caller, body, lambda: contributions.prepare(
             session, caller, body, max_decoded_bytes=settings.max_decoded_bytes))
 
-    caller, step = await in_one_hop(request, read)
-    if isinstance(step, Prepared):
-        prepared = step
-        result = await writer_of(request.app.state).write(prepared)
-        if isinstance(result, Stored):
-            step = Outcome(result, replay=False)
-        else:
-            alone = contributions.store_one if result == ALONE else contributions.refuse_charge
+    def settle(session: Session, prepared: Prepared, result: str) -> Outcome:
+        alone = contributions.store_one if result == ALONE else contributions.refuse_charge
+        return counted(session, named[0], body, lambda: alone(session, prepared))
 
-            def settle(session: Session, _: Settings) -> Outcome:
-                return counted(session, caller, body, lambda: alone(session, prepared))
-
-            step = await in_one_hop(request, settle)
+    wanted = (token, study_id, body.idempotency_key)
+    step = await writer_of(request.app.state).run(wanted, read, settle)
+    caller = named[0]
     if step.replay:
         response.status_code = status.HTTP_200_OK
         CONTRIBUTIONS.labels("replayed").inc()
