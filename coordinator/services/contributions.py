@@ -1,11 +1,13 @@
 """Contributions: validate everything, then store + charge + count in one transaction.
 
 Order of work, cheapest refusal first: idempotent replay (keys scoped per participant and
-study, read with the caller in the route's one query, ``services.ingest_lookup``), config
-version and digest, claimed cost, budget (all before the body is decoded), then decoding and
-the digest of the counts, then one short write transaction (``services.charge``, on
+study, read with the caller in one query, ``services.ingest_lookup``), config version and
+digest, claimed cost, budget (all before the body is decoded), then decoding and the digest
+of the counts (:func:`prepare`), then a short write transaction (``services.charge``, on
 PostgreSQL ``services.charge_pg``: their locks make budget, replacement and config checks
-exact under any number of workers). The sums are not touched here: they are folded from the
+exact under any number of workers) - for the route, the batch of its process's group commit
+(``services.group_commit``), which falls back to :func:`store_one` and
+:func:`refuse_charge` per release. The sums are not touched here: they are folded from the
 stored contributions when the model is read (``services.aggregate.fold``).
 """
 
