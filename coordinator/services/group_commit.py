@@ -3,17 +3,20 @@
 A contribution's write is short (two statements on PostgreSQL, five in-process on SQLite), but
 its COMMIT waits for the log flush (an fsync), and one commit per contribution capped ingest
 (SQLite at 60-120 contributions/s on the reference disk). Here each worker process has one
-:class:`GroupWriter`: the route validates and decodes a release as before, then hands it to
-the writer and waits; the writer stores everything that is pending in one transaction
-(:func:`store_batch`), commits once, and only then answers each waiting request. Durability
+:class:`GroupWriter`: the route hands its request to the writer and waits; the writer's
+thread takes everything pending, checks and decodes each release (same checks, errors and
+status codes as before), stores the valid ones in one transaction (:func:`store_batch`),
+commits once, and only then answers each waiting request. Durability
 is unchanged: a request is answered after the commit that holds its release and its charge;
 a crash before that commit loses both (the participant retries with the same key).
 
 Exactness under several workers comes from the same locks as one release at a time
 (``services.charge``, ``services.charge_pg``), taken in one global order so that two batches
-cannot deadlock: on PostgreSQL every participant row of the batch first, in id order (one
-``SELECT ... FOR UPDATE``), then the study counter rows in study order (the items run sorted
-by study). A single release takes participant then study, the same order.
+cannot deadlock: on PostgreSQL every participant row of the batch first, in id order, then
+every study counter row in study order (``charge_pg.store_many``; a single release takes
+participant then study too); SQLite has one writer at a time. Each batch first looks up all
+its callers in one query (``ingest_lookup.lookup_many``) and checks out (and, after idling,
+pings) its connection once.
 
 An item whose conditional charge matched no row is answered :data:`REFUSED` (nothing of it
 was written; the caller finds out why in its own transaction). Any error in the batch - a
