@@ -47,6 +47,7 @@ def post_as_one_batch(app, batches, first, rest):
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             head = asyncio.ensure_future(c.post(URL, json=first[0], headers=first[1]))
             while not sizes:  # the first batch has started and holds the writer's thread
+                assert not head.done(), head.result().text
                 await asyncio.sleep(0)
             tail = [asyncio.ensure_future(c.post(URL, json=b, headers=h)) for b, h in rest]
             while app.state.group_writer.pending < len(rest):
