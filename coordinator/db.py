@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -48,15 +50,16 @@ def make_engine(
     """Create an engine; SQLite gets WAL, foreign keys, a busy timeout and BEGIN IMMEDIATE."""
     limits = limits or PoolLimits()
     if not url.startswith("sqlite"):
-        return create_engine(
+        engine = create_engine(
             url,
             hide_parameters=True,
-            pool_pre_ping=True,
             pool_size=limits.size,
             max_overflow=limits.overflow,
             pool_timeout=limits.timeout_s,
             connect_args=_connect_args(url, limits.timeout_s),
         )
+        ping_idle_connections(engine)
+        return engine
     create_sqlite_file(url)
     engine = create_engine(
         url,
@@ -79,6 +82,36 @@ def make_engine(
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+IDLE_PING_S = 1.0
+
+
+def ping_idle_connections(engine: Engine, idle_s: float = IDLE_PING_S) -> None:
+    """Ping a pooled connection on checkout only if it sat idle in the pool over ``idle_s``.
+
+    ``pool_pre_ping`` pings on every checkout: a network round trip per request on the hot
+    paths. A connection checked in less than ``idle_s`` ago was just used successfully; one
+    that idled (where a database restart or an idle timeout drops connections) is pinged, and
+    replaced if the ping fails. A connection that drops while in use fails its statement;
+    SQLAlchemy then invalidates the pool, and the ingest writer retries such a step once.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection, record):  # type: ignore[no-untyped-def]
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection, record, _proxy):  # type: ignore[no-untyped-def]
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < idle_s:
+            return  # a new connection, or one in steady use
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError("idle connection failed its ping") from exc
+        if not alive:
+            raise DisconnectionError("idle connection failed its ping")
 
 
 def _connect_args(url: str, timeout_s: float) -> dict[str, object]:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from coordinator.config import Settings
 from coordinator.keys import KeyStore
 from coordinator.models import Member, Participant, Study
-from coordinator.services.ingest_lookup import IngestCaller, lookup
+from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.participants import authenticate
 
 bearer = HTTPBearer(auto_error=False, description="Participant credential or admin token")
@@ -157,25 +157,29 @@ StudyReader = Annotated[Study, Depends(study_reader)]
 StudyMember = Annotated[Study, Depends(study_member)]
 
 
-def ingest_caller(
-    session: Session, settings: Settings, creds: Credentials, study_id: str, key: str
-) -> IngestCaller:
-    """The contribution route's ``CurrentParticipant`` + ``StudyMember`` in one query.
-
-    The same checks in the same order with the same answers (401 unknown or revoked
-    credential, 403 admin token, 404 unknown study, 403 not a member), and the previous use
-    of the idempotency key ``key`` read with them (``services.ingest_lookup``).
-    """
+def ingest_token(settings: Settings, creds: Credentials) -> str:
+    """The contribution route's credential: 403 for the admin token, 401 for none."""
     token = creds.credentials if creds else None
     if is_admin_token(settings, token):
         raise HTTPException(status.HTTP_403_FORBIDDEN, NOT_PARTICIPANT)
-    caller = lookup(session.connection(), token, study_id, key) if token else None
-    if caller is None:
+    if not token:
         raise _unauthorized()
-    if not caller.active:
-        raise _unauthorized(f"participant {caller.name!r} was revoked")
-    if caller.study_id is None:
+    return token
+
+
+def ingest_caller(found: IngestCaller | None, study_id: str) -> IngestCaller:
+    """The contribution route's ``CurrentParticipant`` + ``StudyMember`` from one lookup.
+
+    ``found`` is the row ``services.ingest_lookup`` read for the credential of
+    :func:`ingest_token`. The same checks in the same order with the same answers as those
+    dependencies (401 unknown or revoked credential, 404 unknown study, 403 not a member).
+    """
+    if found is None:
+        raise _unauthorized()
+    if not found.active:
+        raise _unauthorized(f"participant {found.name!r} was revoked")
+    if found.study_id is None:
         raise _no_study(study_id)
-    if not caller.member:
-        raise _not_member(caller.name, study_id)
-    return caller
+    if not found.member:
+        raise _not_member(found.name, study_id)
+    return found

@@ -2,10 +2,10 @@
 
 FastAPI runs every synchronous dependency in the thread pool on its own (the session
 generator twice, settings, caller, participant, study: 7 hops of about 55 us CPU and 185 us
-wall each on the reference machine). The two hot routes (contribution ingest, model read)
-call the permission functions of ``coordinator.api.deps`` - the checks live there; ingest's
-``ingest_caller`` makes the same checks from one query - inside the single hop this module
-gives them.
+wall each on the reference machine). The model read and the streaming gradient route call
+the permission functions of ``coordinator.api.deps`` inside the single hop this module gives
+them. Contribution ingest does not come here: it runs in its process's group-commit writer
+(``coordinator.services.group_commit``), one thread and one transaction per batch.
 """
 
 from __future__ import annotations

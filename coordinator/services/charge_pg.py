@@ -104,3 +104,82 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     return Stored(
         contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
     )
+
+
+LOCK_ALL = (
+    text("SELECT id FROM participants WHERE id = ANY(:pids) ORDER BY id FOR UPDATE"),
+    text("SELECT study_id FROM aggregates WHERE study_id = ANY(:sids) ORDER BY study_id "
+         "FOR UPDATE"),
+)
+
+STORE_LOCKED = text(
+    """
+WITH charge AS (
+    UPDATE participants
+    SET eps_spent = eps_spent + :eps, delta_spent = delta_spent + :delta
+    WHERE id = :pid AND active IS true
+      AND eps_spent <= eps_cap - :eps AND delta_spent <= delta_cap - :delta
+    RETURNING id
+), latest AS (
+    SELECT max(id) AS id FROM contributions
+    WHERE participant_id = :pid AND study_id = :sid AND model_version > 0
+), bump AS (
+    UPDATE aggregates SET version = version + 1, updated_at = :now,
+        contributors = contributors + CASE WHEN (SELECT id FROM latest) IS NULL THEN 1 ELSE 0 END
+    WHERE study_id = :sid AND EXISTS (SELECT 1 FROM charge)
+    RETURNING version
+), stored AS (
+    INSERT INTO contributions (study_id, participant_id, replaces_id, idempotency_key,
+        request_sha256, config_version, eps_units, delta_units, lsh_payload, grid_payload,
+        model_version, created_at)
+    SELECT :sid, :pid, latest.id, :key, :sha, :version, :eps, :delta, :lsh, :grid,
+        bump.version, :now
+    FROM latest, bump
+    RETURNING id, model_version
+), ledger AS (
+    INSERT INTO ledger_entries (participant_id, contribution_id, study_id, kind, eps_units,
+        delta_units, created_at)
+    SELECT :pid, stored.id, :sid, :kind, :eps, :delta, :now FROM stored
+)
+SELECT stored.id, stored.model_version, studies.config_version, studies.config_digest
+FROM stored, studies WHERE studies.id = :sid
+"""
+).bindparams(bindparam("now", type_=UTCDateTime()))
+
+
+def store_many(
+    conn: Connection, releases: list[Release], checks: list[Callable[[int, str], None]]
+) -> list[Stored | None]:
+    """Store ``releases`` in the open transaction in one round trip (psycopg's pipeline).
+
+    First every participant row, then every study counter row of the batch is locked, in
+    id order (``LOCK_ALL``: one global order, so two batches cannot deadlock, and a single
+    :func:`store` takes participant then study too). Then one statement per release (charge,
+    bump, latest release, inserts, config) - one statement suffices here because every lock it
+    needs is already held, so its snapshot, taken after those locks, sees every release and
+    config committed before. Releases run in the given order, each seeing the earlier ones'
+    effects. None for a release whose charge was refused (nothing of it was written);
+    ``checks[i]`` raises when release ``i``'s config is stale (the caller rolls back).
+    """
+    now = utcnow()
+    locks = [{"pids": sorted({r.participant_id for r in releases})},
+             {"sids": sorted({r.study_id for r in releases})}]
+    rows = [_params(r, now) for r in releases]
+    results = driver_sql.pipeline(conn, [*zip(LOCK_ALL, locks, strict=True)], STORE_LOCKED, rows)
+    out: list[Stored | None] = []
+    for r, check, found in zip(releases, checks, results, strict=True):
+        if not found:
+            out.append(None)
+            continue
+        [(contribution_id, version, config_version, config_digest)] = found
+        check(config_version, config_digest)
+        out.append(Stored(contribution_id, r.study_id, r.config_version, r.eps_units,
+                          r.delta_units, now, version))
+    return out
+
+
+def _params(r: Release, now: object) -> dict[str, object]:
+    return {"pid": r.participant_id, "sid": r.study_id, "now": now, "key": r.idempotency_key,
+            "sha": r.request_sha256, "version": r.config_version, "eps": r.eps_units,
+            "delta": r.delta_units, "lsh": r.lsh_payload, "grid": r.grid_payload,
+            "kind": "lsh" if r.grid_payload is None else "lsh+grid"}

@@ -1,11 +1,13 @@
 """Contributions: validate everything, then store + charge + count in one transaction.
 
 Order of work, cheapest refusal first: idempotent replay (keys scoped per participant and
-study, read with the caller in the route's one query, ``services.ingest_lookup``), config
-version and digest, claimed cost, budget (all before the body is decoded), then decoding and
-the digest of the counts, then one short write transaction (``services.charge``, on
+study, read with the caller in one query, ``services.ingest_lookup``), config version and
+digest, claimed cost, budget (all before the body is decoded), then decoding and the digest
+of the counts (:func:`prepare`), then a short write transaction (``services.charge``, on
 PostgreSQL ``services.charge_pg``: their locks make budget, replacement and config checks
-exact under any number of workers). The sums are not touched here: they are folded from the
+exact under any number of workers) - for the route, the batch of its process's group commit
+(``services.group_commit``), which falls back to :func:`store_one` and
+:func:`refuse_charge` per release. The sums are not touched here: they are folded from the
 stored contributions when the model is read (``services.aggregate.fold``).
 """
 
@@ -14,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -40,6 +44,7 @@ from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.studies import parse_config
 
 log = logging.getLogger("fedod.contributions")
+Check = Callable[[int, str], None]
 
 
 class ParticipantRevoked(FedodError):
@@ -72,8 +77,10 @@ def _replay(session: Session, previous: int, previous_sha256: str, digest: str) 
             "payload; a retry must resend exactly the same release",
             contribution=previous,
         )
-    stored = session.get(Contribution, previous)
-    assert stored is not None, "a stored contribution is never deleted"
+    row = session.get(Contribution, previous)
+    assert row is not None, "a stored contribution is never deleted"
+    stored = Stored(row.id, row.study_id, row.config_version, row.eps_units, row.delta_units,
+                    row.created_at, row.model_version)  # plain values: outlive the session
     return Outcome(stored, replay=True)
 
 
@@ -144,15 +151,29 @@ def decode_release(
     return lsh, grid
 
 
-def submit(
+@dataclass(frozen=True)
+class Prepared:
+    """A release validated and decoded, ready for the write transaction."""
+
+    release: charge.Release
+    cost: PrivacyBudget
+    body: ContributionCreate
+
+    def check(self, version: int, config_digest: str) -> None:
+        """Raise when the config current under the study lock is not the release's."""
+        _check_config(self.release.study_id, version, config_digest, self.body)
+
+
+def prepare(
     session: Session, caller: IngestCaller, body: ContributionCreate, *, max_decoded_bytes: int
-) -> Outcome:
-    """Validate a release fully (budget before decoding), then store and charge it atomically.
+) -> Outcome | Prepared:
+    """Validate a release fully (budget before decoding): a replay's outcome, or what to store.
 
     ``caller`` is the route's one read (``services.ingest_lookup``), done in the session's
     open transaction; on SQLite that transaction is ended before decoding (it holds the
     database's write lock), on PostgreSQL it goes on into the write (no lock is held yet, and
-    each statement reads a fresh snapshot at READ COMMITTED).
+    each statement reads a fresh snapshot at READ COMMITTED). The write is :func:`store_one`,
+    or one batch of the process's group commit (``services.group_commit``).
     """
     assert caller.study_id is not None
     digest = request_digest(body)
@@ -179,38 +200,50 @@ def submit(
         body.lsh.model_dump_json(),
         body.grid.model_dump_json() if body.grid is not None else None,
     )
-    conn = session.connection()
-    postgres = conn.dialect.name == "postgresql"
-    if not postgres:
-        session.rollback()  # end the read transaction (SQLite: the write lock) before decoding
+    if session.connection().dialect.name != "postgresql":
+        session.rollback()  # end the read transaction: on SQLite it holds the write lock
     decode_release(config, body, max_decoded_bytes)
+    return Prepared(release, cost, body)
 
-    def check(version: int, config_digest: str) -> None:
-        _check_config(release.study_id, version, config_digest, body)
 
+def writer_for(conn: Connection) -> Callable[[Connection, charge.Release, Check], Stored | None]:
+    """The contribution transaction for this connection's database."""
+    return charge_pg.store if conn.dialect.name == "postgresql" else charge.store
+
+
+def store_one(session: Session, prepared: Prepared) -> Outcome:
+    """Store and charge one prepared release in its own transaction (commits)."""
+    release = prepared.release
     try:
-        write = charge_pg.store if postgres else charge.store
-        stored = write(session.connection(), release, check)
+        conn = session.connection()
+        stored = writer_for(conn)(conn, release, prepared.check)
         if stored is None:
-            return _refuse_charge(session, release, cost)
+            return refuse_charge(session, prepared)
         session.commit()
     except IntegrityError:
         session.rollback()
         found, sha = charge.previous(
-            session.connection(), release.participant_id, release.study_id, body.idempotency_key
+            session.connection(), release.participant_id, release.study_id,
+            release.idempotency_key,
         )
         if not found:
             raise
-        return _replay(session, found, sha, digest)
-    log.info(
-        "contribution stored",
-        extra={"study": stored.study_id, "participant": caller.name, "id": stored.id},
-    )
+        return _replay(session, found, sha, release.request_sha256)
     return Outcome(stored, replay=False)
 
 
-def _refuse_charge(session: Session, release: charge.Release, cost: PrivacyBudget) -> Outcome:
+def submit(
+    session: Session, caller: IngestCaller, body: ContributionCreate, *, max_decoded_bytes: int
+) -> Outcome:
+    """:func:`prepare`, then :func:`store_one`: one release, validated, stored and charged."""
+    step = prepare(session, caller, body, max_decoded_bytes=max_decoded_bytes)
+    return step if isinstance(step, Outcome) else store_one(session, step)
+
+
+def refuse_charge(session: Session, prepared: Prepared) -> Outcome:
     """Why the conditional charge matched no row: a replay that won the race, revoked, or over."""
+    release = prepared.release
+    session.rollback()
     participant = session.get(Participant, release.participant_id, populate_existing=True)
     key = release.idempotency_key
     found, sha = charge.previous(session.connection(), release.participant_id, release.study_id,
@@ -223,4 +256,4 @@ def _refuse_charge(session: Session, release: charge.Release, cost: PrivacyBudge
     assert participant is not None
     if not participant.active:
         raise ParticipantRevoked(f"participant {participant.name!r} was revoked")
-    raise _over_budget(participant, cost) or RuntimeError("the charge matched no row")
+    raise _over_budget(participant, prepared.cost) or RuntimeError("the charge matched no row")

@@ -53,3 +53,33 @@ def fetch(conn: Connection, statement: Executable, params: dict[str, Any]) -> li
             sql, params, exc, conn.dialect.dbapi.Error,  # type: ignore[union-attr]
             hide_parameters=True, dialect=conn.dialect,
         ) from exc
+
+
+def pipeline(
+    conn: Connection,
+    first: list[tuple[Executable, dict[str, Any]]],
+    statement: Executable,
+    many: list[dict[str, Any]],
+) -> list[list[tuple[Any, ...]]]:
+    """Run each of ``first`` (results discarded), then ``statement`` once per ``many`` item,
+    in one PostgreSQL pipeline (one network round trip); the rows of each ``statement`` run.
+    """
+    sql = [(_sql(conn, s), p) for s, p in first]  # type: ignore[arg-type]
+    many_sql = _sql(conn, statement)  # type: ignore[arg-type]
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    try:
+        with driver.cursor() as cursor, driver.cursor() as batch:
+            with driver.pipeline():
+                for text_, params in sql:
+                    cursor.execute(text_, params)
+                batch.executemany(many_sql, many, returning=True)
+            results = [list(batch.fetchall())]
+            while batch.nextset():
+                results.append(list(batch.fetchall()))
+            return results
+    except conn.dialect.dbapi.Error as exc:  # type: ignore[union-attr]
+        raise DBAPIError.instance(
+            many_sql, {}, exc, conn.dialect.dbapi.Error,  # type: ignore[union-attr]
+            hide_parameters=True, dialect=conn.dialect,
+        ) from exc

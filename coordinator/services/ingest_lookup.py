@@ -12,9 +12,11 @@ hash. Nothing is cached between requests: a revoked credential is refused on its
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, select, text
 
 from common.budget import PrivacyBudget
 from coordinator.models import Contribution, Member, Participant, Study
@@ -89,7 +91,41 @@ def lookup(conn: Connection, token: str, study_id: str, key: str) -> IngestCalle
     """The caller holding ``token`` (active or not) with the study and key, or None."""
     digest = hash_token(token)
     rows = driver_sql.fetch(conn, LOOKUP, {"hash": digest, "sid": study_id, "key": key})
-    row = rows[0] if rows else None  # token_hash is unique; the joins add at most one row
+    return _caller(rows[0] if rows else None, digest)  # token_hash is unique; joins add <= 1
+
+
+LOOKUP_MANY = text(
+    """
+SELECT p.id, p.name, p.token_hash, p.active, p.eps_spent, p.delta_spent, p.eps_cap,
+    p.delta_cap, s.id, s.config_version, s.config_digest, s.config_payload, m.participant_id,
+    c.id, c.request_sha256, k.i
+FROM unnest(CAST(:hashes AS text[]), CAST(:sids AS text[]), CAST(:keys AS text[]))
+    WITH ORDINALITY AS k(hash, sid, key, i)
+JOIN participants p ON p.token_hash = k.hash
+LEFT JOIN studies s ON s.id = k.sid
+LEFT JOIN members m ON m.study_id = s.id AND m.participant_id = p.id
+LEFT JOIN contributions c
+    ON c.participant_id = p.id AND c.study_id = s.id AND c.idempotency_key = k.key
+"""
+)
+
+
+def lookup_many(
+    conn: Connection, wanted: list[tuple[str, str, str]]
+) -> list[IngestCaller | None]:
+    """:func:`lookup` of each ``(token, study_id, key)``: on PostgreSQL in one query."""
+    if conn.dialect.name != "postgresql":
+        return [lookup(conn, *one) for one in wanted]
+    digests = [hash_token(token) for token, _, _ in wanted]
+    params = {"hashes": digests, "sids": [w[1] for w in wanted], "keys": [w[2] for w in wanted]}
+    found: list[IngestCaller | None] = [None] * len(wanted)
+    for row in driver_sql.fetch(conn, LOOKUP_MANY, params):
+        i = row[-1] - 1
+        found[i] = _caller(row[:-1], digests[i])
+    return found
+
+
+def _caller(row: Sequence[Any] | None, digest: str) -> IngestCaller | None:
     if row is None or not hmac.compare_digest(row[2], digest):
         return None
     (pid, name, _, active, eps_spent, delta_spent, eps_cap, delta_cap,

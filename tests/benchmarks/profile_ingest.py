@@ -9,7 +9,7 @@ file or a private schema of the PostgreSQL test database) with the SQL statement
 besides BEGIN, counted by an engine event (SQLite only: on PostgreSQL the hot statements run on
 the driver cursor, which the engine's events do not see; ``coordinator.services.charge_pg``
 lists them). ``--cprofile N`` prints the N functions with the
-most cumulative time in the route's work (the thread-pool part of each request).
+most cumulative time in the route's work (the group-commit writer's batches).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from common.schemas import ContributionCreate
-from coordinator.api import onehop
 from coordinator.config import Settings
 from coordinator.main import create_app
 from coordinator.models import Base
+from coordinator.services import group_commit
 from coordinator.services.contributions import decode_release, request_digest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,13 +53,13 @@ def median_ms(fn, repeat: int) -> float:
 
 
 def _profiled(profiler: cProfile.Profile):  # type: ignore[no-untyped-def]
-    """``run_in_threadpool`` that profiles the function it runs (one thread at a time)."""
-    from starlette.concurrency import run_in_threadpool
+    """``group_commit.run_batch`` that profiles each batch (the writer runs one at a time)."""
+    real = group_commit.run_batch
 
-    async def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        return await run_in_threadpool(profiler.runcall, fn, *args, **kwargs)
+    def run_batch(session, batch):  # type: ignore[no-untyped-def]
+        return profiler.runcall(real, session, batch)
 
-    return run
+    return run_batch
 
 
 def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> None:
@@ -103,7 +103,7 @@ def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> Non
         statements[0] = 0
         profiler = cProfile.Profile(time.process_time)  # CPU, not waiting
         if top:
-            onehop.run_in_threadpool = _profiled(profiler)
+            group_commit.run_batch = _profiled(profiler)
         start = time.perf_counter()
         for b in bodies:
             assert c.post("/v1/studies/p/contributions", content=b, headers=headers).is_success

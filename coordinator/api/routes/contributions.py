@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
 from fastapi import APIRouter, Request, Response, status
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import Credentials, ingest_caller
-from coordinator.api.onehop import in_one_hop
+from coordinator.api.deps import Credentials, ingest_caller, ingest_token
 from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution
+from coordinator.services import contributions
 from coordinator.services.charge import Stored
-from coordinator.services.contributions import Outcome, submit
+from coordinator.services.contributions import Outcome, Prepared
+from coordinator.services.group_commit import ALONE, writer_of
+from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.refusals import record_refusal
 
+log = logging.getLogger("fedod.contributions")
+T = TypeVar("T")
 router = APIRouter(prefix="/studies", tags=["contributions"])
 
 
@@ -54,23 +62,42 @@ async def create_contribution(
     replaces its earlier one in the model; every release is charged.
     """
 
-    def work(session: Session, settings: Settings) -> tuple[Outcome, str]:
-        caller = ingest_caller(session, settings, creds, study_id, body.idempotency_key)
-        try:
-            outcome = submit(session, caller, body, max_decoded_bytes=settings.max_decoded_bytes)
-        except Exception as exc:
-            CONTRIBUTIONS.labels("refused").inc()
-            if isinstance(exc, BudgetExceeded):  # shown on the dashboard
-                record_refusal(session, caller.participant_id, study_id,
-                               PrivacyBudget(body.epsilon, body.delta), exc)
-            raise
-        return outcome, caller.name
+    settings: Settings = request.app.state.settings
+    token = ingest_token(settings, creds)
+    named: list[IngestCaller] = []
 
-    outcome, name = await in_one_hop(request, work)
-    if outcome.replay:
+    def read(session: Session, found: IngestCaller | None) -> Outcome | Prepared:
+        caller = ingest_caller(found, study_id)
+        named.append(caller)
+        return counted(session, caller, body, lambda: contributions.prepare(
+            session, caller, body, max_decoded_bytes=settings.max_decoded_bytes))
+
+    def settle(session: Session, prepared: Prepared, result: str) -> Outcome:
+        alone = contributions.store_one if result == ALONE else contributions.refuse_charge
+        return counted(session, named[0], body, lambda: alone(session, prepared))
+
+    wanted = (token, study_id, body.idempotency_key)
+    step = await writer_of(request.app.state).run(wanted, read, settle)
+    caller = named[0]
+    if step.replay:
         response.status_code = status.HTTP_200_OK
         CONTRIBUTIONS.labels("replayed").inc()
     else:
         CONTRIBUTIONS.labels("accepted").inc()
-        EPSILON_CHARGED.inc(outcome.contribution.eps_units)
-    return contribution_public(outcome.contribution, name)
+        EPSILON_CHARGED.inc(step.contribution.eps_units)
+        log.info("contribution stored", extra={
+            "study": study_id, "participant": caller.name, "id": step.contribution.id})
+    return contribution_public(step.contribution, caller.name)
+
+
+def counted(session: Session, caller: IngestCaller, body: ContributionCreate,
+            work: Callable[[], T]) -> T:
+    """``work()``; a refusal is counted, and shown on the dashboard if over budget."""
+    try:
+        return work()
+    except Exception as exc:
+        CONTRIBUTIONS.labels("refused").inc()
+        if isinstance(exc, BudgetExceeded):
+            record_refusal(session, caller.participant_id, caller.study_id or "",
+                           PrivacyBudget(body.epsilon, body.delta), exc)
+        raise
