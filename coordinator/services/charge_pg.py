@@ -24,8 +24,9 @@ when it starts, before it waited for any lock.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, Executable, bindparam, text
 
 from coordinator.models import UTCDateTime, utcnow
 from coordinator.services import driver_sql
@@ -162,10 +163,11 @@ def store_many(
     ``checks[i]`` raises when release ``i``'s config is stale (the caller rolls back).
     """
     now = utcnow()
-    locks = [{"pids": sorted({r.participant_id for r in releases})},
+    locks: list[dict[str, Any]] = [{"pids": sorted({r.participant_id for r in releases})},
              {"sids": sorted({r.study_id for r in releases})}]
     rows = [_params(r, now) for r in releases]
-    results = driver_sql.pipeline(conn, [*zip(LOCK_ALL, locks, strict=True)], STORE_LOCKED, rows)
+    lock_steps: list[tuple[Executable, dict[str, Any]]] = list(zip(LOCK_ALL, locks, strict=True))
+    results = driver_sql.pipeline(conn, lock_steps, STORE_LOCKED, rows)
     out: list[Stored | None] = []
     for r, check, found in zip(releases, checks, results, strict=True):
         if not found:

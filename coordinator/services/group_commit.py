@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -168,7 +169,7 @@ def run_batch(session: Session, batch: list[Job]) -> None:
         if isinstance(found, BaseException):
             job.step = found
             continue
-        job.step = _attempt(session, lambda job=job, caller=found[i]: job.read(session, caller))
+        job.step = _attempt(session, functools.partial(job.read, session, found[i]))
     ready = [job for job in batch if isinstance(job.step, Prepared)]
     results = store_batch(session, [job.step for job in ready])  # type: ignore[misc]
     for job, result in zip(ready, results, strict=True):
@@ -177,8 +178,7 @@ def run_batch(session: Session, batch: list[Job]) -> None:
         if isinstance(result, Stored):
             job.step = Outcome(result, replay=False)
         else:
-            job.step = _attempt(
-                session, lambda job=job, p=prepared, r=result: job.settle(session, p, r))
+            job.step = _attempt(session, functools.partial(job.settle, session, prepared, result))
 
 
 def _attempt(session: Session, work: Callable[[], T]) -> T | BaseException:
