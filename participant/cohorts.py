@@ -83,7 +83,8 @@ def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortStat
     if not (spent + cost).fits_within(allowed):
         raise BudgetExceeded(
             f"cohort round {number} would take this study's cohort spending to "
-            f"{spent + cost}, past the signed cohort budget {allowed}; nothing was drawn",
+            f"{spent + cost}, past the signed cohort epsilon {allowed.epsilon} (delta "
+            f"{allowed.delta}); nothing was drawn",
             spent=spent, asked=cost, cap=allowed, source="signed cohort budget")
     return cost
 
