@@ -67,7 +67,8 @@ def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortStat
                  spent: PrivacyBudget) -> PrivacyBudget:
     """Refuse, before anything is read or drawn, a round the signed config does not allow:
     past the method's last round, a malformed public state, or one that would take this
-    study's cohort spending past the signed cohort epsilon. Returns the round's cost."""
+    study's cohort spending past the signed cohort budget (epsilon and, with Gaussian
+    noise, the declared delta). Returns the round's cost."""
     assert config.cohorts is not None
     number = state.done + 1
     try:
@@ -78,12 +79,13 @@ def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortStat
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ConfigError(f"the coordinator's cohort round {number} of {config.study_id!r} is "
                           f"not one the signed config allows ({exc}); nothing was drawn") from exc
-    allowed = PrivacyBudget(config.cohorts.epsilon)
+    allowed = config.cohorts.cap()
     if not (spent + cost).fits_within(allowed):
         raise BudgetExceeded(
             f"cohort round {number} would take this study's cohort spending to "
-            f"{spent + cost}, past the signed cohort epsilon {allowed.epsilon}; nothing was "
-            "drawn", spent=spent, asked=cost, cap=allowed, source="signed cohort budget")
+            f"{spent + cost}, past the signed cohort epsilon {allowed.epsilon} (delta "
+            f"{allowed.delta}); nothing was drawn",
+            spent=spent, asked=cost, cap=allowed, source="signed cohort budget")
     return cost
 
 

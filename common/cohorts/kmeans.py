@@ -30,8 +30,20 @@ Noise, from OpenDP only (:func:`common.release.add_discrete_laplace`)
 Counts: discrete Laplace of scale ``1 / eps_counts`` on every cluster. Sums: integer discrete
 Laplace of scale ``S / eps_sums`` on every cluster and coordinate, in grid units. One round
 costs ``eps_counts + eps_sums`` (basic composition). :func:`split_epsilon` splits a total
-budget evenly over ``T`` rounds (exact in 1e-9 units; the first rounds take the remainder)
+budget over ``T`` rounds (exact in 1e-9 units; the first rounds take the remainder)
 and each round between counts and sums by the public ``count_share``.
+
+Gaussian sums (``plan.sum_noise == "gaussian"``, :mod:`common.cohorts.gaussian`): a record
+moves one cluster's sum vector by its own grid units, so the sums' L2 sensitivity is the
+box's fixed-point half-diagonal ``S2 = ceil(sqrt(sum_j max(|rint(lo_j/step)|,
+|rint(hi_j/step)|)**2))`` (``2**bits sqrt(d)`` on ``[-1, 1]^d``: ``sqrt(d)`` in data units
+against the L1 figure ``d``). OpenDP's discrete Gaussian is calibrated to
+``(eps_sums, delta_r)`` at ``S2``; ``delta_r`` is the round's even share of the study's
+``1 / (n sqrt n)`` for the declared ``n`` (:func:`common.cohorts.plan.split_delta`). Counts
+stay discrete Laplace (pure epsilon, sensitivity 1). A round costs
+``(eps_counts + eps_sums, delta_r)``; over ``T`` rounds the ledgers add up to
+``(epsilon, 1 / (n sqrt n))`` exactly (basic composition, as for the DPM's Gaussian leaves).
+
 Substitution neighbours (replace one record) would double both sensitivities.
 """
 
@@ -152,8 +164,14 @@ def release_round(stats: RoundStatistics, plan: KMeansPlan, round_index: int) ->
     """Noise ``stats`` with round ``round_index``'s budget (module docstring for the scales)."""
     eps_counts, eps_sums = plan.budgets()[round_index]
     counts = add_discrete_laplace(stats.counts, 1, eps_counts)
-    sums = add_discrete_laplace(stats.sums, plan.sum_sensitivity, eps_sums)
-    return RoundRelease(sums=sums, counts=counts, cost=PrivacyBudget(eps_counts + eps_sums))
+    if plan.sum_noise == "gaussian":
+        from common.cohorts.gaussian import add_gaussian
+
+        sums = add_gaussian(stats.sums, plan.sum_l2_sensitivity, eps_sums,
+                            plan.deltas()[round_index])
+    else:
+        sums = add_discrete_laplace(stats.sums, plan.sum_sensitivity, eps_sums)
+    return RoundRelease(sums=sums, counts=counts, cost=plan.costs()[round_index])
 
 
 def update_centroids(releases: Sequence[RoundRelease], previous: ArrayLike, plan: KMeansPlan,

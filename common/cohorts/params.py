@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from common.budget import EPSILON_QUANTUM, exact_decimal
+from common.budget import EPSILON_QUANTUM, PrivacyBudget, exact_decimal
 
 __all__ = ["CohortParams", "COHORT_METHODS"]
 
@@ -45,7 +45,8 @@ _Eps = Annotated[
 ]
 
 
-_LATER_DEFAULTS = {"schedule": "even", "leaf_noise": "laplace", "declared_n": None}
+_LATER_DEFAULTS = {"schedule": "even", "leaf_noise": "laplace", "declared_n": None,
+                   "sum_noise": "laplace"}
 """Fields added after cohort sections were first signed: omitted from the JSON at their
 defaults, so those signatures still verify."""
 
@@ -56,8 +57,9 @@ class CohortParams(BaseModel):
     The whole ``epsilon`` is spent by each participant over the ``rounds`` rounds (split
     by ``schedule``, each round between counts and sums by ``count_share``; see
     :func:`common.cohorts.plan.split_epsilon`), on top of the study's per-release cost.
-    ``schedule``, ``leaf_noise`` and ``declared_n`` are omitted from the canonical JSON at
-    their defaults, so cohort sections signed before they existed keep their signatures.
+    ``schedule``, ``leaf_noise``, ``sum_noise`` and ``declared_n`` are omitted from the
+    canonical JSON at their defaults, so cohort sections signed before they existed keep
+    their signatures.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -95,23 +97,32 @@ class CohortParams(BaseModel):
     leaf_noise: Literal["laplace", "gaussian"] = Field(
         default="laplace", description="dpm: noise on the leaf histograms; gaussian: L2 "
         "sensitivity sqrt(d), charged as (epsilon, 1/(n sqrt n)) with declared_n.")
+    sum_noise: Literal["laplace", "gaussian"] = Field(
+        default="laplace", description="kmeans: noise on the per-cluster sums; gaussian: L2 "
+        "sensitivity the box's half-diagonal (sqrt(d) in [-1, 1]^d), charged as (epsilon, "
+        "1/(n sqrt n)) over all rounds with declared_n.")
     declared_n: int | None = Field(default=None, strict=True, ge=2, le=10**12, description=(
-        "dpm with gaussian leaf noise (required there): the declared, public number of "
-        "records of the whole study, which sets delta; never counted from the data."))
+        "dpm with gaussian leaf noise or kmeans with gaussian sum noise (required there): "
+        "the declared, public number of records of the whole study, which sets delta; "
+        "never counted from the data."))
 
     @model_validator(mode="after")
     def _consistent(self) -> CohortParams:
         if self.method == "kmeans":
             if self.k is None:
                 raise ValueError("method kmeans needs k (the number of cohorts)")
-            if (self.leaf_noise, self.declared_n) != ("laplace", None):
-                raise ValueError("leaf_noise and declared_n apply to method dpm only")
-            from common.cohorts.plan import split_epsilon
+            if self.leaf_noise != "laplace":
+                raise ValueError("leaf_noise applies to method dpm only")
+            if (self.sum_noise == "gaussian") != (self.declared_n is not None):
+                raise ValueError("declared_n is required with gaussian sum_noise, and only there")
+            from common.cohorts.plan import split_delta, split_epsilon
 
             split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
+            if self.declared_n is not None:
+                split_delta(self.declared_n, self.rounds)
         else:
-            if self.schedule != "even":
-                raise ValueError("schedule applies to method kmeans only")
+            if self.schedule != "even" or self.sum_noise != "laplace":
+                raise ValueError("schedule and sum_noise apply to method kmeans only")
             import numpy as np
 
             from common.cohorts.dpm_plan import DPMPlan
@@ -131,11 +142,23 @@ class CohortParams(BaseModel):
                     doc.pop(name)
         return doc
 
+    def cap(self) -> PrivacyBudget:
+        """What a participant may spend on the cohort rounds in all: ``epsilon`` and, with
+        Gaussian noise, the study's delta ``1 / (n sqrt n)`` for ``declared_n`` (the k-means
+        rounds split it, the DPM leaf round takes it whole); 0 otherwise."""
+        if self.declared_n is None:
+            return PrivacyBudget(self.epsilon)
+        from common.cohorts.gaussian import declared_delta
+
+        return PrivacyBudget(self.epsilon, declared_delta(self.declared_n))
+
     def describe(self) -> str:
         """One line for people: the method and its shape."""
         if self.method == "kmeans":
             return (f"k-means with fusion: k {self.k}, {self.over * (self.k or 0)} starting "
-                    f"centroids, {self.rounds} rounds, {self.schedule} epsilon per round")
+                    f"centroids, {self.rounds} rounds, {self.schedule} epsilon per round, "
+                    f"{self.sum_noise} sums"
+                    + (f" (declared n {self.declared_n})" if self.declared_n else ""))
         return (f"DPM tree: depth {self.depth}, {self.bins} intervals per feature, "
                 f"{self.dims_per_node or 'all'} features per node, {self.leaf_noise} leaf "
                 "histograms" + (f" (declared n {self.declared_n})" if self.declared_n else ""))

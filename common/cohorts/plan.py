@@ -14,15 +14,19 @@ from decimal import ROUND_FLOOR, Decimal
 import numpy as np
 from numpy.typing import NDArray
 
-from common.budget import EPSILON_QUANTUM, PrivacyBudget
+from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget
 from common.hashing import _as_bounds
 
-__all__ = ["KMeansPlan", "SCHEDULES", "count_floor", "round_weights", "split_epsilon"]
+__all__ = ["KMeansPlan", "SCHEDULES", "SUM_NOISES", "count_floor", "round_weights",
+           "split_delta", "split_epsilon"]
 
 Floats = NDArray[np.float64]
 
 SCHEDULES = ("even", "adaptive")
 """How a participant's epsilon is spread over the rounds (:func:`round_weights`)."""
+
+SUM_NOISES = ("laplace", "gaussian")
+"""Noise on the per-cluster sums (:mod:`common.cohorts.kmeans`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +51,13 @@ class KMeansPlan:
         Fixed-point grid of the sums: ``step = max_j max(|lo_j|, |hi_j|) / 2**bits``.
     schedule : "even" | "adaptive", default "even"
         How ``epsilon`` is spread over the rounds (:func:`round_weights`).
+    sum_noise : "laplace" | "gaussian", default "laplace"
+        Noise on the per-cluster sums: discrete Laplace at L1 sensitivity
+        :attr:`sum_sensitivity` (pure epsilon), or the discrete Gaussian at L2 sensitivity
+        :attr:`sum_l2_sensitivity`, charged ``(epsilon, delta)`` per round (:meth:`costs`).
+    declared_n : int | None
+        Gaussian only (required there): the declared, public number of records of the
+        whole study; the study's total delta is ``1 / (n sqrt n)`` (:func:`split_delta`).
     """
 
     lo: Floats
@@ -58,6 +69,8 @@ class KMeansPlan:
     count_share: Decimal | str = "0.2"
     resolution_bits: int = 12
     schedule: str = "even"
+    sum_noise: str = "laplace"
+    declared_n: int | None = None
 
     def __post_init__(self) -> None:
         lo, hi = _as_bounds(self.lo, self.hi)
@@ -69,6 +82,11 @@ class KMeansPlan:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
         split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
+        if self.sum_noise not in SUM_NOISES:
+            raise ValueError(f"sum_noise must be one of {SUM_NOISES}, got {self.sum_noise!r}")
+        if (self.sum_noise == "gaussian") != (self.declared_n is not None):
+            raise ValueError("declared_n is required with Gaussian sum noise, and only there")
+        self.deltas()
 
     @property
     def n_centroids(self) -> int:
@@ -87,9 +105,36 @@ class KMeansPlan:
         lo_u, hi_u = np.rint(self.lo / self.step), np.rint(self.hi / self.step)
         return max(1, int(np.sum(np.maximum(np.abs(lo_u), np.abs(hi_u)))))
 
+    @property
+    def sum_l2_sensitivity(self) -> int:
+        """L2 change of the integer sums when one record is added or removed: the box's
+        fixed-point half-diagonal ``sqrt(sum_j max(|rint(lo_j/step)|, |rint(hi_j/step)|)**2)``
+        (``2**bits sqrt(d)`` on ``[-1, 1]^d``), rounded up to an integer (OpenDP's integer
+        L2 metric; exact when the sum of squares is a square)."""
+        lo_u, hi_u = np.rint(self.lo / self.step), np.rint(self.hi / self.step)
+        squares = sum(int(v) ** 2 for v in np.maximum(np.abs(lo_u), np.abs(hi_u)))
+        return max(1, math.isqrt(squares - 1) + 1) if squares else 1
+
     def budgets(self) -> tuple[tuple[Decimal, Decimal], ...]:
         """Per round ``(eps_counts, eps_sums)``; see :func:`split_epsilon`."""
         return split_epsilon(self.epsilon, self.rounds, self.count_share, self.schedule)
+
+    def deltas(self) -> tuple[Decimal, ...]:
+        """Per round delta of the sums: 0 under Laplace, :func:`split_delta` under Gaussian."""
+        if self.declared_n is None:
+            return (Decimal(0),) * self.rounds
+        return split_delta(self.declared_n, self.rounds)
+
+    def costs(self) -> tuple[PrivacyBudget, ...]:
+        """What each round charges a participant: ``(eps_counts + eps_sums, delta_r)``
+        (basic composition of the counts and the sums; over the rounds the epsilons and
+        the deltas add up to ``epsilon`` and the study's delta exactly)."""
+        pairs = zip(self.budgets(), self.deltas(), strict=True)
+        return tuple(PrivacyBudget(c + s, d) for (c, s), d in pairs)
+
+    def total_cost(self) -> PrivacyBudget:
+        """What the ``rounds`` rounds charge a participant in all."""
+        return sum(self.costs(), PrivacyBudget.zero())
 
 
 def round_weights(rounds: int, schedule: str = "even") -> tuple[int, ...]:
@@ -137,6 +182,20 @@ def split_epsilon(epsilon: Decimal | int | str, rounds: int, count_share: Decima
             raise ValueError(f"epsilon {total} is too small to split over {rounds} rounds")
         out.append((count_units * EPSILON_QUANTUM, (round_units - count_units) * EPSILON_QUANTUM))
     return tuple(out)
+
+
+def split_delta(declared_n: int, rounds: int) -> tuple[Decimal, ...]:
+    """The study's delta ``1 / (n sqrt n)`` (:func:`common.cohorts.gaussian.declared_delta`)
+    split evenly over ``rounds`` in 1e-18 units, the first rounds taking the remainder, so
+    the rounds' deltas add up to it exactly (basic composition). Raises ``ValueError`` if a
+    round's share would be zero."""
+    from common.cohorts.gaussian import declared_delta  # imports OpenDP: only when used
+
+    units = int(declared_delta(declared_n) / DELTA_QUANTUM)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= units:
+        raise ValueError(f"cannot split delta ({units} x 1e-18) over {rounds!r} rounds")
+    return tuple((units // rounds + (1 if r < units % rounds else 0)) * DELTA_QUANTUM
+                 for r in range(rounds))
 
 
 def count_floor(plan: KMeansPlan, round_index: int, participants: int) -> float:

@@ -95,8 +95,9 @@ class RoundProtocol(Protocol):
 class KMeansProtocol:
     """DP-KCCM as a round protocol: the vector is ``[sums (n_c * d, grid units), counts]``.
 
-    Sensitivity (add/remove one record): counts 1, sums ``plan.sum_sensitivity`` in L1
-    (:mod:`common.cohorts.kmeans`); each part is noised by :func:`kmeans.release_round`.
+    Sensitivity (add/remove one record): counts 1, sums ``plan.sum_sensitivity`` in L1 or,
+    with Gaussian sums, ``plan.sum_l2_sensitivity`` in L2 (:mod:`common.cohorts.kmeans`);
+    each part is noised by :func:`kmeans.release_round`.
     """
 
     def __init__(self, plan: KMeansPlan, seed: bytes, prune: bool = True) -> None:
@@ -113,8 +114,7 @@ class KMeansProtocol:
         return self.plan.n_centroids * (self.plan.lo.size + 1)
 
     def cost(self, state: CohortState) -> PrivacyBudget:
-        eps_counts, eps_sums = self.plan.budgets()[state.done]
-        return PrivacyBudget(eps_counts + eps_sums)
+        return self.plan.costs()[state.done]
 
     def _split(self, vector: ArrayLike) -> kmeans.RoundStatistics:
         v = np.asarray(vector, dtype=np.int64)
@@ -160,7 +160,8 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
         plan = KMeansPlan(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64),
                           k=params.k, epsilon=params.epsilon, over=params.over,
                           rounds=params.rounds, count_share=params.count_share,
-                          resolution_bits=params.resolution_bits, schedule=params.schedule)
+                          resolution_bits=params.resolution_bits, schedule=params.schedule,
+                          sum_noise=params.sum_noise, declared_n=params.declared_n)
         return KMeansProtocol(plan, seed, params.prune)
     from common.cohorts.dpm_plan import DPMPlan
     from common.cohorts.dpm_protocol import DPMProtocol

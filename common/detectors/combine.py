@@ -22,9 +22,13 @@ size -- never from data, labels or row counts (:class:`DetectorPlan`):
   ``expected / n_cells`` far below ``T`` nearly nothing is released, so ``Z`` is that
   per-cell expectation over ``T``.
 - Centroid: the error of a cohort centre in the unit box, from the noise of the last
-  round's sums (scale ``d / eps_sums`` in ``[-1, 1]`` units, ``p`` draws) over the cohort's
-  expected size ``N / k``, relative to the detector's bandwidth ``h``:
-  ``Z = h / (sqrt(2 p) d / (2 eps_sums (N / k)))``.
+  round's sums (standard deviation ``sd`` per coordinate in ``[-1, 1]`` units, ``p`` draws)
+  over the cohort's expected size ``N / k``, relative to the detector's bandwidth ``h``:
+  ``Z = h / (sqrt(p) sd / (2 (N / k)))``. ``eps_sums`` is the last round's share of the
+  exact split (:func:`common.cohorts.plan.split_epsilon`: under ``schedule: adaptive`` the
+  last round carries more than ``epsilon / rounds``); Laplace sums: ``sd = sqrt(2) d /
+  eps_sums``; Gaussian sums: ``sd`` is the discrete Gaussian's scale at L2 sensitivity
+  ``sqrt(d)`` for the last round's ``(eps_sums, delta_r)``.
 
 A detector's weight is its reliability ``Z^2 / (1 + Z^2)`` -- the share of its score
 variance that is signal if signal and noise add with variances ``Z^2`` and 1 -- so a
@@ -111,14 +115,24 @@ class DetectorPlan:
 
     @classmethod
     def centroid(cls, epsilon: Decimal | str | int, participants: int, expected_records: int,
-                 k: int, d: int, *, rounds: int = 3, count_share: float = 0.2,
-                 bandwidth: float | None = None) -> DetectorPlan:
-        """Centroid detector: bandwidth over the expected error of a cohort centre."""
+                 k: int, d: int, *, rounds: int = 3, count_share: float | str = 0.2,
+                 bandwidth: float | None = None, schedule: str = "even",
+                 declared_n: int | None = None) -> DetectorPlan:
+        """Centroid detector: bandwidth over the expected error of a cohort centre after the
+        last of ``rounds`` rounds split by ``schedule``; ``declared_n``: Gaussian sums."""
+        from common.cohorts.plan import split_delta, split_epsilon
         from common.detectors.centroid import default_bandwidth
 
-        eps_sums = _positive(epsilon) * (1.0 - count_share) / rounds
+        _positive(epsilon)
+        eps_sums = split_epsilon(epsilon, rounds, str(count_share), schedule)[-1][1]
+        if declared_n is None:
+            sd = math.sqrt(2.0) * d / float(eps_sums)
+        else:
+            from common.cohorts.gaussian import histogram_scale
+
+            sd = histogram_scale(d, eps_sums, split_delta(declared_n, rounds)[-1])
         size = participants * expected_records / k
-        error = math.sqrt(2.0 * participants) * d / (2.0 * eps_sums * size)
+        error = math.sqrt(participants) * sd / (2.0 * size)
         h = default_bandwidth(k, d) if bandwidth is None else bandwidth
         return cls(h / error)
 
@@ -187,7 +201,8 @@ def study_weights(config: Any, names: Collection[str],
 
 def centroid_plan(config: Any) -> DetectorPlan | None:
     """The centroid detector's plan for a study's k-means cohorts, from its signed config
-    (``cohorts`` and ``aggregation`` sections: public only); ``None`` for the DPM tree (its
+    (``cohorts`` and ``aggregation`` sections: public only: its rounds, schedule and sum
+    noise give the last round's noise exactly); ``None`` for the DPM tree (its
     centres come from leaf histograms, which this plan does not model) or when the cohort
     size or the expected records per participant are not declared."""
     cohorts, agg = getattr(config, "cohorts", None), getattr(config, "aggregation", None)
@@ -196,4 +211,7 @@ def centroid_plan(config: Any) -> DetectorPlan | None:
         return None
     return DetectorPlan.centroid(cohorts.epsilon, agg.cohort_size, agg.expected_records,
                                  cohorts.k, len(config.features), rounds=cohorts.rounds,
-                                 count_share=float(cohorts.count_share))
+                                 count_share=format(cohorts.count_share, "f"),
+                                 schedule=cohorts.schedule,
+                                 declared_n=(cohorts.declared_n
+                                             if cohorts.sum_noise == "gaussian" else None))

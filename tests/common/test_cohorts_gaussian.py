@@ -137,8 +137,10 @@ def test_gaussian_needs_a_declared_n_and_only_dpm_takes_it() -> None:
         _plan(leaf_noise="laplace")
     with pytest.raises(ValueError):
         CohortParams(method="dpm", epsilon="1", leaf_noise="gaussian")
-    with pytest.raises(ValueError, match="dpm only"):
+    with pytest.raises(ValueError, match="declared_n"):  # k-means: only with gaussian sums
         CohortParams(k=2, epsilon="1", declared_n=1000)
+    with pytest.raises(ValueError, match="dpm only"):
+        CohortParams(k=2, epsilon="1", leaf_noise="gaussian", declared_n=1000)
 
 
 def test_params_sign_the_noise_and_the_protocol_charges_the_delta() -> None:

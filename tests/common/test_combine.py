@@ -8,9 +8,18 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from common.cohorts.gaussian import histogram_scale
+from common.cohorts.params import CohortParams
+from common.cohorts.plan import split_delta, split_epsilon
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.detectors.centroid import default_bandwidth
-from common.detectors.combine import DetectorPlan, combine, public_weights, study_weights
+from common.detectors.combine import (
+    DetectorPlan,
+    centroid_plan,
+    combine,
+    public_weights,
+    study_weights,
+)
 from common.noise.planning import score_snr
 from common.secagg.params import AggregationParams
 
@@ -96,3 +105,32 @@ def test_precision_rule_leans_on_the_least_noisy_detector():
     assert prec["lsh"] > rel["lsh"] > 0.5
     with pytest.raises(ValueError, match="rule"):
         public_weights(plans, "best")  # type: ignore[arg-type]
+
+
+def _cohort_config(**cohorts: object):
+    params = CohortParams(method="kmeans", epsilon=Decimal(1), k=4, rounds=5, **cohorts)
+    return new_study_config("s1", FEATURES, privacy=PRIVACY, grid=GridParams(), cohorts=params,
+                            aggregation=AggregationParams(cohort_size=10, expected_records=400))
+
+
+def test_centroid_plan_reads_the_last_rounds_budget_of_the_schedule():
+    # adaptive at T = 5 gives the last round 3/9 of epsilon, even 1/5: 5/3 the SNR
+    even, adaptive = (centroid_plan(_cohort_config(schedule=s)) for s in ("even", "adaptive"))
+    assert even is not None and adaptive is not None
+    assert adaptive.snr / even.snr == pytest.approx(5 / 3, rel=1e-6)
+    last = split_epsilon(Decimal(1), 5, "0.2", "adaptive")[-1][1]
+    error = math.sqrt(20) * 6 / (2 * float(last) * (10 * 400 / 4))
+    assert adaptive.snr == pytest.approx(default_bandwidth(4, 6) / error)
+
+
+def test_centroid_plan_of_gaussian_sums_uses_the_gaussian_scale():
+    plan = centroid_plan(_cohort_config(schedule="adaptive", sum_noise="gaussian",
+                                        declared_n=4000))
+    eps_sums = split_epsilon(Decimal(1), 5, "0.2", "adaptive")[-1][1]
+    sd = histogram_scale(6, eps_sums, split_delta(4000, 5)[-1])
+    assert plan is not None
+    assert plan.snr == pytest.approx(default_bandwidth(4, 6) / (math.sqrt(10) * sd
+                                                                / (2 * 10 * 400 / 4)))
+    # in 100 dimensions the L2 calibration beats the L1 one
+    assert (DetectorPlan.centroid(1, 10, 400, 4, 100, rounds=5, declared_n=4000).snr
+            > 2 * DetectorPlan.centroid(1, 10, 400, 4, 100, rounds=5).snr)

@@ -40,6 +40,28 @@ def test_cohort_spending_never_passes_the_signed_cohort_epsilon() -> None:
         _check_round(CONFIG, PROTOCOL, CohortState(2, START.data), PrivacyBudget("1.5"))
 
 
+def test_gaussian_kmeans_rounds_fit_the_signed_delta_and_not_more() -> None:
+    """Gaussian sums: each round charges its share of 1/(n sqrt n); the signed cohort budget
+    pays all T shares (not one round's delta once) and refuses anything past them."""
+    config = new_study_config(
+        "g", [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(2)],
+        privacy=PrivacyParams(epsilon_lsh="0.5"), n_tables=2,
+        cohorts=CohortParams(k=2, over=1, rounds=3, epsilon="1.5", sum_noise="gaussian",
+                             declared_n=1000))
+    assert config.cohorts is not None
+    protocol = protocol_for(config.cohorts, config.lo, config.hi,
+                            bytes.fromhex(config.lsh.seed))
+    state = protocol.start()
+    costs = [protocol.cost(CohortState(r, state.data)) for r in range(3)]
+    assert all(c.delta > 0 for c in costs)
+    assert sum(costs, PrivacyBudget.zero()) == config.cohorts.cap()
+    spent = costs[0] + costs[1]
+    assert _check_round(config, protocol, CohortState(2, state.data), spent) == costs[2]
+    extra = PrivacyBudget(0, "1e-18")  # one quantum of delta more than the signed budget
+    with pytest.raises(BudgetExceeded, match="signed cohort epsilon"):
+        _check_round(config, protocol, CohortState(2, state.data), spent + extra)
+
+
 
 def test_adaptive_round_the_local_cap_cannot_pay_is_refused_before_noise(tmp_path,
                                                                           monkeypatch) -> None:
