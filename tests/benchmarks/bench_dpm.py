@@ -68,6 +68,9 @@ def row(name: str, label: str, got: list[list[float]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--first-run", type=int, default=0,
+                    help="number the DPM runs from here (to continue a cut-short setting with "
+                    "the same seeds and participant splits it would have used)")
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--bins", type=int, default=64)
@@ -115,7 +118,9 @@ def main() -> None:
                            leaf_share=args.leaf_share, leaf_noise=args.leaf_noise,
                            declared_n=args.n if args.leaf_noise == "gaussian" else None)
             got, t0 = [], time.perf_counter()
-            for r in range(args.runs):
+            for _ in range(args.first_run):
+                rng.permutation(len(x))  # the splits the earlier runs used
+            for r in range(args.first_run, args.first_run + args.runs):
                 parts = np.array_split(x[rng.permutation(len(x))], p)
                 model = fit_dpm(parts, plan, f"{name}/{r}".encode(), noise)  # type: ignore[arg-type]
                 got.append(metrics(x, y, model.centroids, ref, r))
