@@ -25,7 +25,8 @@ import numpy as np
 
 from common.budget import PrivacyBudget
 from common.cohorts.model import CohortModel
-from common.cohorts.protocol import CohortState, RoundProtocol, protocol_for
+from common.cohorts.protocol import CohortState, RoundProtocol
+from common.cohorts.study import protocol_for
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError
 from participant import policy

@@ -29,10 +29,9 @@ from numpy.typing import ArrayLike, NDArray
 from common.budget import PrivacyBudget
 from common.cohorts import kmeans
 from common.cohorts.model import CohortModel
-from common.cohorts.params import CohortParams
 from common.cohorts.plan import KMeansPlan, count_floor
 
-__all__ = ["CohortState", "KMeansProtocol", "RoundProtocol", "protocol_for"]
+__all__ = ["CohortState", "KMeansProtocol", "RoundProtocol"]
 
 Ints = NDArray[np.int64]
 MAX_ABS_VALUE = 2**62
@@ -150,27 +149,3 @@ class KMeansProtocol:
         cents, weights = kmeans.fuse_centroids(state.data["centroids"], state.data["counts"],
                                                self.plan.k, floor)
         return CohortModel(cents, weights, self.plan.lo, self.plan.hi)
-
-
-def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
-                 seed: bytes) -> RoundProtocol:
-    """The protocol of a study's signed cohort parameters (public box and seed)."""
-    if params.method == "kmeans":
-        assert params.k is not None  # CohortParams requires it for k-means
-        plan = KMeansPlan(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64),
-                          k=params.k, epsilon=params.epsilon, over=params.over,
-                          rounds=params.rounds, count_share=params.count_share,
-                          resolution_bits=params.resolution_bits, schedule=params.schedule,
-                          sum_noise=params.sum_noise, declared_n=params.declared_n)
-        return KMeansProtocol(plan, seed, params.prune)
-    from common.cohorts.dpm_plan import DPMPlan
-    from common.cohorts.dpm_protocol import DPMProtocol
-
-    box = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
-    dims = params.dims_per_node
-    return DPMProtocol(DPMPlan(*box, epsilon=params.epsilon, depth=params.depth,
-                               bins=params.bins,
-                               dims_per_node=None if dims is None else min(dims, len(lo)),
-                               leaf_share=params.leaf_share, count_share=params.count_share,
-                               min_size=params.min_size, leaf_noise=params.leaf_noise,
-                               declared_n=params.declared_n), seed)

@@ -23,8 +23,9 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.cohorts.params import CohortParams
-from common.cohorts.protocol import CohortState, RoundProtocol, protocol_for
+from common.cohorts.protocol import CohortState, RoundProtocol
 from common.cohorts.schemas import CohortReleaseCreate
+from common.cohorts.study import protocol_for
 from common.config import StudyConfig
 from common.errors import (
     BudgetExceeded,

@@ -7,7 +7,8 @@ import httpx
 import numpy as np
 import pytest
 
-from common.cohorts.protocol import CohortState, protocol_for
+from common.cohorts.protocol import CohortState
+from common.cohorts.study import protocol_for
 from common.config import StudyConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

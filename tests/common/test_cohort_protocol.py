@@ -12,7 +12,8 @@ import pytest
 from common.budget import PrivacyBudget
 from common.cohorts import kmeans
 from common.cohorts.params import CohortParams
-from common.cohorts.protocol import CohortState, KMeansProtocol, protocol_for
+from common.cohorts.protocol import CohortState, KMeansProtocol
+from common.cohorts.study import protocol_for
 from common.release import add_discrete_laplace
 
 LO, HI = [-4.0, 0.0, -10.0], [6.0, 2.0, 3.0]

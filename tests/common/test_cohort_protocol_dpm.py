@@ -14,7 +14,8 @@ from common.cohorts import dpm
 from common.cohorts.dpm_plan import tree_state
 from common.cohorts.dpm_protocol import DPMProtocol
 from common.cohorts.params import CohortParams
-from common.cohorts.protocol import CohortState, protocol_for
+from common.cohorts.protocol import CohortState
+from common.cohorts.study import protocol_for
 from common.release import add_discrete_laplace
 
 LO, HI = [0.0, 0.0, 0.0], [10.0, 10.0, 10.0]

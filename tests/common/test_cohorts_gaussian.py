@@ -24,7 +24,7 @@ from common.cohorts.gaussian import (
     l2_sensitivity,
 )
 from common.cohorts.params import CohortParams
-from common.cohorts.protocol import protocol_for
+from common.cohorts.study import protocol_for
 from common.config import canonical_json
 
 D = 16

@@ -20,7 +20,7 @@ from common.cohorts import (
 from common.cohorts.gaussian import add_gaussian, declared_delta, l2_scale
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import split_delta
-from common.cohorts.protocol import protocol_for
+from common.cohorts.study import protocol_for
 
 BOX = np.full(4, -1.0), np.full(4, 1.0)
 

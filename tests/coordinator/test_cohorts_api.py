@@ -10,7 +10,8 @@ import pytest
 from conftest import ADMIN
 
 from common.cohorts.model import CohortModel
-from common.cohorts.protocol import CohortState, protocol_for
+from common.cohorts.protocol import CohortState
+from common.cohorts.study import protocol_for
 from common.config import StudyConfig
 
 COHORTS = {"method": "kmeans", "k": 2, "over": 2, "rounds": 2, "epsilon": "2"}

@@ -6,7 +6,8 @@ import pytest
 
 from common.budget import PrivacyBudget
 from common.cohorts.params import CohortParams
-from common.cohorts.protocol import CohortState, protocol_for
+from common.cohorts.protocol import CohortState
+from common.cohorts.study import protocol_for
 from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import BudgetExceeded, ConfigError
 from participant.cohorts import _check_round

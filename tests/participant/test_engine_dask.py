@@ -157,7 +157,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path):
 
 def test_a_cohort_rounds_exact_vector_on_dask_equals_in_process(tmp_path, scheduler):
     from common.cohorts.params import CohortParams
-    from common.cohorts.protocol import protocol_for
+    from common.cohorts.study import protocol_for
     from participant.cohort_dask import exact_vector
 
     folder = write_dataset(tmp_path / "ds")

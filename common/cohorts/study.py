@@ -1,0 +1,36 @@
+"""The round protocol a study's signed cohort parameters name (k-means or the DPM tree)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from common.cohorts.dpm_plan import DPMPlan
+from common.cohorts.dpm_protocol import DPMProtocol
+from common.cohorts.params import CohortParams
+from common.cohorts.plan import KMeansPlan
+from common.cohorts.protocol import KMeansProtocol, RoundProtocol
+
+__all__ = ["protocol_for"]
+
+
+def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
+                 seed: bytes) -> RoundProtocol:
+    """The protocol of a study's signed cohort parameters (public box and seed)."""
+    if params.method == "kmeans":
+        assert params.k is not None  # CohortParams requires it for k-means
+        plan = KMeansPlan(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64),
+                          k=params.k, epsilon=params.epsilon, over=params.over,
+                          rounds=params.rounds, count_share=params.count_share,
+                          resolution_bits=params.resolution_bits, schedule=params.schedule,
+                          sum_noise=params.sum_noise, declared_n=params.declared_n)
+        return KMeansProtocol(plan, seed, params.prune)
+    box = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    dims = params.dims_per_node
+    return DPMProtocol(DPMPlan(*box, epsilon=params.epsilon, depth=params.depth,
+                               bins=params.bins,
+                               dims_per_node=None if dims is None else min(dims, len(lo)),
+                               leaf_share=params.leaf_share, count_share=params.count_share,
+                               min_size=params.min_size, leaf_noise=params.leaf_noise,
+                               declared_n=params.declared_n), seed)
