@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import numpy as np
 from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
+from common.online.params import OnlineParams
+from common.online.wire import encode_vector
 from coordinator.models import Base, UTCDateTime, utcnow
 
 
@@ -54,3 +57,9 @@ class OnlineModel(Base):
     weights: Mapped[str] = mapped_column(Text)
     average: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+def new_model(study_id: str, params: OnlineParams) -> OnlineModel:
+    """The all-zero starting weights (version 0)."""
+    zeros = encode_vector(np.zeros(params.dim))
+    return OnlineModel(study_id=study_id, version=0, pending=0, weights=zeros, average=zeros)

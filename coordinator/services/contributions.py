@@ -27,7 +27,6 @@ from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.encoding import EncodedCounts
 from common.errors import (
-    BudgetExceeded,
     ConfigVersionConflict,
     FedodError,
     IdempotencyConflict,
@@ -41,6 +40,7 @@ from coordinator.services import charge, charge_pg
 from coordinator.services.aggregate import Decoded, decode_vector
 from coordinator.services.charge import Stored
 from coordinator.services.ingest_lookup import IngestCaller
+from coordinator.services.release_checks import check_config, over_budget
 from coordinator.services.studies import parse_config
 
 log = logging.getLogger("fedod.contributions")
@@ -84,20 +84,6 @@ def _replay(session: Session, previous: int, previous_sha256: str, digest: str) 
     return Outcome(stored, replay=True)
 
 
-def _check_config(study_id: str, version: int, digest: str, body: ContributionCreate) -> None:
-    if body.config_version != version:
-        raise ConfigVersionConflict(
-            f"config version {body.config_version} is not the current version "
-            f"{version} of study {study_id!r}; fetch the config again",
-            current=version,
-        )
-    if not hmac.compare_digest(body.config_digest, digest):
-        raise ConfigVersionConflict(
-            f"config digest does not match version {version} of study "
-            f"{study_id!r}; fetch the config again and verify its signature"
-        )
-
-
 def _check_cost(config: StudyConfig, body: ContributionCreate) -> PrivacyBudget:
     try:
         claimed = PrivacyBudget(body.epsilon, body.delta)
@@ -110,20 +96,6 @@ def _check_cost(config: StudyConfig, body: ContributionCreate) -> PrivacyBudget:
             "prescribes for one release"
         )
     return cost
-
-
-def _over_budget(
-    participant: Participant | IngestCaller, cost: PrivacyBudget
-) -> BudgetExceeded | None:
-    """The refusal when ``cost`` does not fit (a sum past the exact range never fits)."""
-    spent, cap = participant.spent, participant.cap
-    try:
-        fits = (spent + cost).fits_within(cap)
-    except ValueError:  # spent + cost is past what the ledger can hold exactly
-        fits = False
-    if fits:
-        return None
-    return BudgetExceeded(spent=spent, asked=cost, cap=cap, participant=participant.name)
 
 
 def _decode(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes: int) -> Decoded:
@@ -161,7 +133,7 @@ class Prepared:
 
     def check(self, version: int, config_digest: str) -> None:
         """Raise when the config current under the study lock is not the release's."""
-        _check_config(self.release.study_id, version, config_digest, self.body)
+        check_config(self.release.study_id, version, config_digest, self.body)
 
 
 def prepare(
@@ -179,7 +151,7 @@ def prepare(
     digest = request_digest(body)
     if caller.previous_id:
         return _replay(session, caller.previous_id, caller.previous_sha256, digest)
-    _check_config(caller.study_id, caller.config_version, caller.config_digest, body)
+    check_config(caller.study_id, caller.config_version, caller.config_digest, body)
     config = parse_config(caller.config_payload)
     if config.aggregation_mode == "secure":
         raise ConfigVersionConflict(
@@ -187,7 +159,7 @@ def prepare(
             "rounds (fedod-participant round), not single contributions"
         )
     cost = _check_cost(config, body)
-    refusal = _over_budget(caller, cost)
+    refusal = over_budget(caller, cost)
     if refusal is not None:
         raise refusal
     release = charge.Release(
@@ -256,4 +228,4 @@ def refuse_charge(session: Session, prepared: Prepared) -> Outcome:
     assert participant is not None
     if not participant.active:
         raise ParticipantRevoked(f"participant {participant.name!r} was revoked")
-    raise _over_budget(participant, prepared.cost) or RuntimeError("the charge matched no row")
+    raise over_budget(participant, prepared.cost) or RuntimeError("the charge matched no row")

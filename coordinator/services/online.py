@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -44,9 +43,9 @@ from common.online.wire import (
     encode_vector,
 )
 from coordinator.models import Participant, Study, utcnow
-from coordinator.online_models import OnlineModel, OnlineRelease
+from coordinator.online_models import OnlineModel, OnlineRelease, new_model
 from coordinator.services import charge
-from coordinator.services.contributions import _check_config, _over_budget
+from coordinator.services.release_checks import check_config, over_budget
 from coordinator.services.studies import study_config
 
 CLOCK_SKEW = 300
@@ -66,12 +65,6 @@ def online_params(study: Study) -> tuple[StudyConfig, OnlineParams]:
     if config.online is None:
         raise NotFound(f"study {study.id!r} has no online section: it does not stream")
     return config, config.online
-
-
-def new_model(study_id: str, params: OnlineParams) -> OnlineModel:
-    """The all-zero starting weights (version 0)."""
-    zeros = encode_vector(np.zeros(params.dim))
-    return OnlineModel(study_id=study_id, version=0, pending=0, weights=zeros, average=zeros)
 
 
 def _digest(body: OnlineGradientCreate) -> str:
@@ -150,14 +143,14 @@ def submit(session: Session, participant: Participant, study: Study,
     if previous is not None:
         return _replay(previous, digest, session)
     config, params = online_params(study)
-    _check_config(study.id, study.config_version, study.config_digest, body)  # type: ignore[arg-type]
+    check_config(study.id, study.config_version, study.config_digest, body)  # type: ignore[arg-type]
     try:
         decode_vector(body.noisy_sum, params.dim)
     except ValueError as exc:
         raise InvalidInput(f"noisy_sum: {exc}") from exc
     cost = _check_cost(params, body)
     _check_window(session, participant, study, params, body, clock())
-    if (refusal := _over_budget(participant, cost)) is not None:
+    if (refusal := over_budget(participant, cost)) is not None:
         raise refusal
     eps, delta = cost.to_units()
     ids = {"pid": participant.id, "sid": study.id}
@@ -165,13 +158,13 @@ def submit(session: Session, participant: Participant, study: Study,
         conn = session.connection()
         if conn.execute(charge.CHARGE, {"eps": eps, "delta": delta, **ids}).first() is None:
             session.rollback()
-            raise _over_budget(session.get(Participant, participant.id, populate_existing=True)
+            raise over_budget(session.get(Participant, participant.id, populate_existing=True)
                                or participant, cost) or InvalidInput("participant revoked")
         model = session.get(OnlineModel, study.id, with_for_update=True, populate_existing=True)
         if model is None:
             model = new_model(study.id, params)
             session.add(model)
-        _check_config(study.id, *conn.execute(charge.CONFIG, {"sid": study.id}).one(), body)  # type: ignore[arg-type]
+        check_config(study.id, *conn.execute(charge.CONFIG, {"sid": study.id}).one(), body)  # type: ignore[arg-type]
         release = OnlineRelease(
             study_id=study.id, participant_id=participant.id,
             idempotency_key=body.idempotency_key, request_sha256=digest,

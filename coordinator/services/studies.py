@@ -18,6 +18,7 @@ from common.schemas import StudyCreate, StudyPublic
 from common.signing import SignedConfig, sign_config
 from coordinator.keys import KeyStore
 from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
+from coordinator.online_models import new_model
 
 log = logging.getLogger("fedod.studies")
 
@@ -78,8 +79,6 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
         session.add(Aggregate(study_id=study.id, version=0, contributors=0))
         session.add(AggregateSnapshot(study_id=study.id, version=0, contributors=0, lsh_sum=b""))
         if config.online is not None:  # streaming mode: all-zero weights, version 0
-            from coordinator.services.online import new_model
-
             session.add(new_model(study.id, config.online))
         session.commit()
     except IntegrityError as exc:  # a concurrent request created the same id first
