@@ -32,15 +32,18 @@ from coordinator.models import UTCDateTime, utcnow
 from coordinator.services import driver_sql
 from coordinator.services.charge import Release, Stored
 
-LOCK = text(
-    """
-WITH charge AS (
+_CHARGE = """WITH charge AS (
     UPDATE participants
     SET eps_spent = eps_spent + :eps, delta_spent = delta_spent + :delta
     WHERE id = :pid AND active IS true
       AND eps_spent <= eps_cap - :eps AND delta_spent <= delta_cap - :delta
     RETURNING id
-), bump AS (
+)"""
+"""The conditional charge both statements start with: no row when the cap is passed."""
+
+LOCK = text(
+    _CHARGE
+    + """, bump AS (
     UPDATE aggregates SET version = version + 1, updated_at = :now
     WHERE study_id = :sid AND EXISTS (SELECT 1 FROM charge)
     RETURNING version
@@ -114,14 +117,8 @@ LOCK_ALL = (
 )
 
 STORE_LOCKED = text(
-    """
-WITH charge AS (
-    UPDATE participants
-    SET eps_spent = eps_spent + :eps, delta_spent = delta_spent + :delta
-    WHERE id = :pid AND active IS true
-      AND eps_spent <= eps_cap - :eps AND delta_spent <= delta_cap - :delta
-    RETURNING id
-), latest AS (
+    _CHARGE
+    + """, latest AS (
     SELECT max(id) AS id FROM contributions
     WHERE participant_id = :pid AND study_id = :sid AND model_version > 0
 ), bump AS (
