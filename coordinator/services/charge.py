@@ -92,6 +92,11 @@ class Release:
     lsh_payload: str
     grid_payload: str | None
 
+    def stored(self, contribution_id: int, created_at: datetime, model_version: int) -> Stored:
+        """What the response needs once this release is the contribution ``contribution_id``."""
+        return Stored(contribution_id, self.study_id, self.config_version, self.eps_units,
+                      self.delta_units, created_at, model_version)
+
 
 def previous(conn: Connection, participant_id: int, study_id: str, key: str) -> tuple[int, str]:
     """``(id, request digest)`` of the release stored under this key, or ``(0, "")``."""
@@ -116,9 +121,7 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     contribution_id = conn.execute(INSERT_CONTRIBUTION, row).scalar_one()
     kind = "lsh" if r.grid_payload is None else "lsh+grid"
     _ledger(conn, contribution_id, row, kind)
-    return Stored(
-        contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
-    )
+    return r.stored(contribution_id, now, version)
 
 
 def itemise(conn: Connection, *, participant_id: int, study_id: str, key: str, digest: str,

@@ -83,31 +83,16 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     """``services.charge.store`` in two statements; same contract (None: charge refused)."""
     r = release
     now = utcnow()
-    ids = {"pid": r.participant_id, "sid": r.study_id, "now": now}
-    locked = driver_sql.fetch(conn, LOCK, {"eps": r.eps_units, "delta": r.delta_units, **ids})
+    params = _params(r, now)
+    locked = driver_sql.fetch(conn, LOCK, params)
     if not locked:
         return None
     version = locked[0][0]
     [(contribution_id, config_version, config_digest)] = driver_sql.fetch(
-        conn,
-        STORE,
-        {
-            **ids,
-            "key": r.idempotency_key,
-            "sha": r.request_sha256,
-            "version": r.config_version,
-            "eps": r.eps_units,
-            "delta": r.delta_units,
-            "lsh": r.lsh_payload,
-            "grid": r.grid_payload,
-            "model_version": version,
-            "kind": "lsh" if r.grid_payload is None else "lsh+grid",
-        },
+        conn, STORE, {**params, "model_version": version}
     )
     check(config_version, config_digest)
-    return Stored(
-        contribution_id, r.study_id, r.config_version, r.eps_units, r.delta_units, now, version
-    )
+    return r.stored(contribution_id, now, version)
 
 
 LOCK_ALL = (
@@ -172,8 +157,7 @@ def store_many(
             continue
         [(contribution_id, version, config_version, config_digest)] = found
         check(config_version, config_digest)
-        out.append(Stored(contribution_id, r.study_id, r.config_version, r.eps_units,
-                          r.delta_units, now, version))
+        out.append(r.stored(contribution_id, now, version))
     return out
 
 

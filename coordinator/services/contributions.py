@@ -204,14 +204,6 @@ def store_one(session: Session, prepared: Prepared) -> Outcome:
     return Outcome(stored, replay=False)
 
 
-def submit(
-    session: Session, caller: IngestCaller, body: ContributionCreate, *, max_decoded_bytes: int
-) -> Outcome:
-    """:func:`prepare`, then :func:`store_one`: one release, validated, stored and charged."""
-    step = prepare(session, caller, body, max_decoded_bytes=max_decoded_bytes)
-    return step if isinstance(step, Outcome) else store_one(session, step)
-
-
 def refuse_charge(session: Session, prepared: Prepared) -> Outcome:
     """Why the conditional charge matched no row: a replay that won the race, revoked, or over."""
     release = prepared.release
