@@ -50,6 +50,11 @@ SUBSTITUTE = "substitute.txt"
 """Written (local only) when the data could not be used and the vector is noise only."""
 
 
+def ledger_key(study: str, number: int) -> str:
+    """The local ledger's idempotency key of this member's vector in round ``number``."""
+    return f"secagg-{study}-{number}"
+
+
 def default_noise_share(
     n: int, sensitivity: int, epsilon: Decimal, h_min: int
 ) -> NDArray[np.int64]:
@@ -82,7 +87,7 @@ def _noisy_vector(
     if path.exists():
         stored: NDArray[np.int64] = np.load(path)
         return stored
-    key = f"secagg-{study}-{number}"
+    key = ledger_key(study, number)
     enrolment = agent.state.load_enrolment()
     if options.rows_per_id:
         raise ConfigError("--rows-per-id is not supported in a secure round: the noise share "
@@ -129,7 +134,7 @@ def _substituted(agent: Agent, study: str, number: int, files: RoundFiles, data:
     """After the round: raise (exit 3) when this member's vector was noise only."""
     path = files.root / SUBSTITUTE
     if path.exists():
-        key = f"secagg-{study}-{number}"
+        key = ledger_key(study, number)
         with agent.ledger() as ledger:
             entry = next(e for e in ledger.entries(study=study) if e.idempotency_key == key)
         raise ReleaseSubstituted.after(data, entry, path.read_text())
