@@ -136,7 +136,10 @@ class Contribution(Base):
         UniqueConstraint(
             "participant_id", "study_id", "idempotency_key", name="uq_contributions_key"
         ),
-        Index("ix_contributions_latest", "participant_id", "study_id", "id"),
+        # for charge.LATEST (max id of a participant's model releases to the study): with
+        # (participant_id, study_id, id) SQLite planned it over ix_contributions_study_version
+        # instead, a scan of every release of the study (migration 0010)
+        Index("ix_contributions_latest", "participant_id", "study_id", "model_version"),
         Index("ix_contributions_study_version", "study_id", "model_version"),
     )
 
