@@ -161,6 +161,37 @@ def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
         assert sum(Decimal(e["epsilon"]) for e in charges) == Decimal(COHORTS["epsilon"])
 
 
+
+def test_gaussian_kmeans_sums_charge_delta_split_over_the_rounds(client, cohort_study):
+    """k-means with Gaussian per-cluster sums: every round carries its share of
+    delta = 1/(n sqrt n) for the declared n (split evenly over the rounds); the coordinator
+    accepts the rounds at that cost and both ledgers add up to (epsilon, delta) exactly."""
+    from common.cohorts.gaussian import declared_delta
+
+    config, (h1, h2) = cohort_study(
+        {**COHORTS, "over": 4, "sum_noise": "gaussian", "declared_n": 10_000},
+        delta_caps={"h1": "0.001", "h2": "0.001"})
+    assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
+    rng = np.random.default_rng(4)
+    blobs = {h1.name: np.clip(rng.normal(0.2, 0.02, (200, 3)), 0, 1),
+             h2.name: np.clip(rng.normal(0.8, 0.02, (200, 3)), 0, 1)}
+    proto = _protocol(config)
+    for number in (1, 2):
+        state = CohortState(number - 1, {})
+        assert proto.cost(state).delta == declared_delta(10_000) / 2
+        for h in (h1, h2):
+            values = _exact(client, config, number, blobs[h.name])
+            r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
+                            json=_body(config, values, number), headers=h.headers)
+            assert r.status_code == 201, r.text
+    doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
+    assert doc["status"] == "done" and doc["model"] is not None
+    for h in (h1, h2):
+        entries = [e for e in client.get("/v1/me", headers=h.headers).json()["entries"]
+                   if e["kind"] == "cohort"]
+        assert [Decimal(e["delta"]) for e in entries] == [Decimal("0.0000005")] * 2
+        assert sum(Decimal(e["epsilon"]) for e in entries) == Decimal(COHORTS["epsilon"])
+
 def test_a_different_vector_under_a_stored_round_is_refused(client, cohort_study):
     config, (h1, _) = cohort_study()
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
