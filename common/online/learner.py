@@ -10,6 +10,13 @@ gradients are summed into a mini-batch, and the batch is released with noise and
 
 with ``n`` the batch's number of labelled records (post-processing of the private query
 decisions), ``Pi_R`` the projection onto the ball of radius ``R`` and ``t`` the update count.
+
+Centring (``centre = K > 0``, not in the paper): the first ``K`` records are never queried;
+their projected sum is released once with the same noise as a gradient sum (one record moves
+it by at most ``2 M``), and from then on every record is used as ``Pi_M(Pi_M(x) - c)``, with
+``c`` the released mean (bias coordinate set to 0: the last feature is the constant bias).
+Without it the first steps' direction ``sum y x`` carries the records' common component
+(blank pixels) weighted by the batch's class imbalance, which moves every margin alike.
 Two batching schemes: ``"records"`` closes a batch after every ``batch`` records seen (a batch
 may then hold 0 labels: nothing is released, no step), ``"labels"`` after every ``batch``
 labelled records. ``noise=None`` gives the non-private online learner (same code path).
@@ -34,9 +41,11 @@ __all__ = [
     "OnlineConfig",
     "OnlineSVM",
     "apply_step",
+    "centre_from_release",
     "federated_step",
     "hinge_gradient",
     "project_ball",
+    "project_rows",
     "running_mean",
     "step_size",
 ]
@@ -48,6 +57,24 @@ def project_ball(v: Vector, radius: float) -> Vector:
     """Euclidean projection of ``v`` onto the l2 ball of ``radius`` (scale down if outside)."""
     norm = float(np.linalg.norm(v))
     return v * (radius / norm) if norm > radius else v
+
+
+def project_rows(X: NDArray[np.floating], radius: float) -> NDArray[np.float64]:
+    """:func:`project_ball` applied to every row of ``X`` (for scoring many records)."""
+    rows = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.where(norms > radius, rows * (radius / np.maximum(norms, radius)), rows)
+
+
+def centre_from_release(noisy_sum: Vector, count: int) -> Vector:
+    """The centre from a released noisy sum of ``count`` projected records: their noisy mean
+    with the last (bias) coordinate set to 0, so centred records keep their constant bias
+    feature. Post-processing of the release; ``count`` is public (the config's ``centre``)."""
+    if count < 1:
+        raise ValueError(f"a centre needs at least one record, got {count}")
+    centre = np.asarray(noisy_sum, dtype=np.float64) / count
+    centre[-1] = 0.0
+    return centre
 
 
 def step_size(t: int, eta0: float) -> float:
@@ -78,10 +105,12 @@ class OnlineConfig:
     average: bool = False
     """Predict with the running mean of the iterates after each step (Polyak averaging):
     post-processing of the released steps, so free; it damps the gradient noise."""
+    centre: int = 0
+    """Records (never queried) whose noisy mean centres every later record; 0: no centring."""
 
     def __post_init__(self) -> None:
-        if self.dim < 1 or self.batch < 1:
-            raise ValueError("dim and batch must be >= 1")
+        if self.dim < 1 or self.batch < 1 or self.centre < 0:
+            raise ValueError("dim and batch must be >= 1, centre >= 0")
         if not (self.radius_x > 0 and self.radius_w > 0 and self.lam >= 0 and self.eta0 > 0):
             raise ValueError("radii and eta0 must be > 0 and lam >= 0")
         if self.scheme not in ("records", "labels"):
@@ -141,17 +170,26 @@ class OnlineSVM:
         self._sum: Vector = np.zeros(config.dim)
         self._count = 0
         self._since_update = 0
+        self.centre_: Vector | None = None if config.centre else np.zeros(config.dim)
+        self._centre_sum: Vector = np.zeros(config.dim)
+        self._centre_seen = 0
 
     @property
     def coef_(self) -> Vector:
         """The weights that score: the iterate average with ``config.average``, else ``w_``."""
         return self.w_avg_ if self.config.average else self.w_
 
+    def features(self, X: NDArray[np.floating]) -> NDArray[np.float64]:
+        """Rows of ``X`` as the learner uses them: ``Pi_M(x)``, then centred and projected
+        again once a centre is released (before that the weights are 0 anyway)."""
+        rows = project_rows(X, self.config.radius_x)
+        if self.config.centre and self.centre_ is not None:
+            rows = project_rows(rows - self.centre_, self.config.radius_x)
+        return rows
+
     def decision_function(self, X: NDArray[np.floating]) -> Vector:
-        """Margins ``<coef_, Pi_M(x)>`` of rows of ``X`` (positive = class +1)."""
-        rows = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        return np.array([float(self.coef_ @ project_ball(r, self.config.radius_x))
-                         for r in rows])
+        """Margins ``<coef_, features(x)>`` of rows of ``X`` (positive = class +1)."""
+        return np.asarray(self.features(X) @ self.coef_, dtype=np.float64)
 
     def predict(self, X: NDArray[np.floating]) -> NDArray[np.int64]:
         """Labels in {-1, +1}."""
@@ -162,6 +200,15 @@ class OnlineSVM:
         xp = project_ball(np.asarray(x, dtype=np.float64), self.config.radius_x)
         if xp.shape != (self.config.dim,):
             raise ValueError(f"record must have {self.config.dim} features, got {xp.shape}")
+        if self.centre_ is None:  # centring phase: the record enters the centre's sum only
+            self.seen_ += 1
+            self._centre_sum = self._centre_sum + xp
+            self._centre_seen += 1
+            if self._centre_seen == self.config.centre:
+                self.release_centre()
+            return False
+        if self.config.centre:
+            xp = project_ball(xp - self.centre_, self.config.radius_x)
         margin = float(self.coef_ @ xp)
         asked = True if self.rule is None else bernoulli(self.rule.probability(margin))
         self.seen_ += 1
@@ -174,6 +221,12 @@ class OnlineSVM:
         if full >= self.config.batch:
             self.flush()
         return asked
+
+    def release_centre(self) -> None:
+        """Release the centring records' sum (noisy, sensitivity ``2 M``) and fix the centre."""
+        total = self._centre_sum
+        noisy = total if self.noise is None else self.noise.release(total)
+        self.centre_ = centre_from_release(noisy, self.config.centre)
 
     def flush(self) -> None:
         """Release the pending batch (if it holds a label) and take the step."""
