@@ -106,6 +106,11 @@ class OnlineParams(BaseModel):
                           "of the iterates (post-processing of the released steps).")
     step_releases: int = Field(default=1, ge=1, le=1000, description="Coordinator: noisy "
                                "batch sums summed into one SGD step.")
+    centre_window: int | None = Field(
+        default=None, ge=0, description="Centring (docs/ONLINE.md): this schedule window's "
+        "release is the noisy sum of its slots' records (none queried, unused slots empty), "
+        "and every later record is centred on the served centre; learning starts after it. "
+        "None: no centring.")
 
     @model_validator(mode="before")
     @classmethod
@@ -150,6 +155,15 @@ class OnlineParams(BaseModel):
     def window_end(self, window: int) -> int:
         """Unix time at which ``window`` ends (its release is due)."""
         return self.window_origin + (window + 1) * self.window_seconds
+
+    def is_centre(self, window: int) -> bool:
+        """Whether ``window`` is the centring window (its release is a centring sum)."""
+        return self.centre_window is not None and window == self.centre_window
+
+    def before_centre(self, window: int) -> bool:
+        """Whether ``window`` comes before the centring window: outside the schedule (records
+        scored only; nothing charged or released)."""
+        return self.centre_window is not None and window < self.centre_window
 
     def epoch_cost(self) -> PrivacyBudget:
         """What one schedule window is charged: true selection epsilon + one gradient release
