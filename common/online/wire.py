@@ -21,12 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.online.params import _Delta, _Eps
 
 __all__ = [
+    "CENTRE_FIXED",
     "OnlineGradientCreate",
     "OnlineGradientPublic",
     "OnlineModelPublic",
     "decode_vector",
     "encode_vector",
 ]
+
+CENTRE_FIXED = "the centre is fixed"
+"""In the coordinator's 409 detail for a centring release that arrives after the first step:
+the participant then stops re-sending that release (nothing was stored or charged there)."""
 
 _Key = Annotated[str, Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 

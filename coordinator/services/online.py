@@ -49,6 +49,7 @@ from common.errors import (
 from common.online.learner import centre_from_release, federated_step, running_mean
 from common.online.params import OnlineParams
 from common.online.wire import (
+    CENTRE_FIXED,
     OnlineGradientCreate,
     OnlineModelPublic,
     decode_vector,
@@ -62,8 +63,6 @@ from coordinator.services.studies import study_config
 
 CLOCK_SKEW = 300
 """Seconds a participant's clock may run ahead of the coordinator's."""
-CENTRE_FIXED = "the centre is fixed"
-"""In the 409 detail of a late centring release (the participant stops re-sending it)."""
 
 
 @dataclass(frozen=True)
