@@ -21,9 +21,10 @@ slots are empty records) through the same path (charge before the window, noise 
 its end, stored, re-sent byte for byte). Once the coordinator serves a centre, every record is
 centred on it before scoring, querying and its gradient
 (:func:`common.online.learner.centred_rows`); before that records are used uncentred.
-Windows before the centring window are outside the schedule: records are scored only, nothing is charged or released. A centring release the
-coordinator refuses because the centre is already fixed (409) is marked refused and not
-re-sent: its window stays charged here, nothing is charged there.
+Windows before the centring window are outside the schedule: records are scored only, nothing
+is charged or released. A centring release the coordinator refuses because the centre is
+already fixed (409) is marked refused and not re-sent: its window stays charged here,
+nothing is charged there.
 """
 
 from __future__ import annotations
