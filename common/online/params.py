@@ -40,11 +40,20 @@ from __future__ import annotations
 import functools
 import math
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.online.learner import OnlineConfig
@@ -127,6 +136,15 @@ class OnlineParams(BaseModel):
         if not Decimal(0) < self.delta_gradient < Decimal("0.01"):
             raise ValueError("delta_gradient must be in (0, 0.01); use about 1e-6")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_no_centre(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """``centre_window`` is omitted when null, so configs signed before it keep their
+        canonical form (their signatures still verify)."""
+        doc = handler(self)
+        if isinstance(doc, dict) and doc.get("centre_window") is None:
+            doc.pop("centre_window", None)
+        return doc
 
     def learner(self) -> OnlineConfig:
         """The pure learner's configuration."""

@@ -157,3 +157,17 @@ def test_stream_centring_release_on_neighbouring_windows(other: np.ndarray | Non
     a = noise.release(np.full(n, a_sum))
     b = noise.release(np.full(n, b_sum))
     assert hockey_stick(a, b, noise.epsilon) <= noise.delta + 0.02
+
+
+def test_configs_signed_before_centring_keep_their_canonical_form() -> None:
+    """``centre_window`` is omitted from the JSON when null: an online section signed before
+    it re-canonicalises to the same bytes, so its signature still verifies."""
+    from common.config import canonical_json
+
+    old = {"dim": 3, "window_slots": 20}
+    assert canonical_json(OnlineParams.model_validate(old)) == canonical_json(
+        OnlineParams(dim=3, window_slots=20))
+    assert b"centre_window" not in canonical_json(OnlineParams.model_validate(old))
+    centred = OnlineParams(dim=3, centre_window=2)
+    doc = centred.model_dump(mode="json")
+    assert doc["centre_window"] == 2 and OnlineParams.model_validate(doc) == centred
