@@ -220,14 +220,17 @@ class Streamer:
         for key, body in self.store.stored_releases():
             answered += 1
             try:
-                self._post(body)
+                try:
+                    self._post(body)
+                except CoordinatorRefused as exc:
+                    if exc.status != 409 or exc.is_budget or "config" not in exc.detail:
+                        raise
+                    self._post(self._rewrap(key, body, exc))
             except CoordinatorRefused as exc:
                 if exc.status == 409 and CENTRE_FIXED in exc.detail:
-                    self.store.refuse(key)
+                    self.store.refuse(key)  # also after a re-wrap under a new config
                     continue
-                if exc.status != 409 or exc.is_budget or "config" not in exc.detail:
-                    raise
-                self._post(self._rewrap(key, body, exc))
+                raise
             self.store.acknowledge(key)
         if answered:
             self.refresh_weights()
