@@ -11,7 +11,7 @@ import json
 
 import httpx
 import numpy as np
-from test_stream_schedule import ONLINE, SLOTS, FakeCoordinator, Run
+from test_stream_schedule import ONLINE, SLOTS, FakeCoordinator, Run, study
 
 from common.online import centre_from_release, centred_rows, to_ball
 from common.online.wire import CENTRE_FIXED, decode_vector, encode_vector
@@ -24,15 +24,20 @@ class CentreCoordinator(FakeCoordinator):
     """Serves the centre of the centring releases it accepted (window 0, SLOTS slots each);
     ``fixed``: refuses them as a coordinator that already stepped; ``down``: every POST fails."""
 
-    def __init__(self, fixed: bool = False, down: bool = False) -> None:
+    def __init__(self, fixed: bool = False, down: bool = False, refuse_config: int = 0) -> None:
         super().__init__()
         self.fixed, self.down, self.refused = fixed, down, 0
+        self.stale = refuse_config  # refuse this many POSTs as a stale config first
 
     def request(self, method: str, path: str, *, content: bytes | None = None,
                 **kw: object) -> httpx.Response:
         doc = json.loads(content or b"{}")
         if method == "POST" and self.down:
             raise CoordinatorUnavailable("down")
+        if method == "POST" and self.stale:
+            self.stale -= 1
+            raise CoordinatorRefused("stale", status=409, detail="config version 1 is not the "
+                                     "current version 2 of study 's'")
         if method == "POST" and self.fixed and doc["window"] == 0:
             self.refused += 1
             raise CoordinatorRefused("late", status=409, detail=f"... arrived after the first "
@@ -144,6 +149,17 @@ def test_a_refused_late_centring_release_is_not_resent(tmp_path):
     assert run.store.counts()["refused"] == 1 and run.store.stored_releases() == []
     assert run.store.centre() is None  # no centre served: records stay uncentred
     assert len(run.ledger.entries()) == 3  # the refused window stays charged here
+    run.close()
+
+
+def test_a_late_centring_release_refused_after_a_rewrap_is_not_resent(tmp_path):
+    coordinator = CentreCoordinator(fixed=True, refuse_config=1)
+    run = Run(tmp_path, coordinator=coordinator, online=CENTRED,
+              refetch=lambda: (study(2, CENTRED), "e" * 64))
+    run.feed(3)
+    run.to(1)  # stale config: re-wrapped under version 2, then refused as the centre is fixed
+    assert coordinator.refused == 1 and coordinator.posts == []
+    assert run.store.counts()["refused"] == 1 and run.store.stored_releases() == []
     run.close()
 
 
