@@ -10,7 +10,11 @@ closes the window (``--clock ticks``: window k of the schedule is round k + 1, w
 window's slots per hospital and round). The coordinator sums the hospitals' releases of a
 window into one SGD step (``step_releases`` = the number of hospitals): a step then holds
 every hospital's queried slots of the window, so its noise per labelled record is smaller
-than with a step per release, at the same charge per slot. After each round the simulation
+than with a step per release, at the same charge per slot. By default window 0 is the
+centring window (``centre_window = 0``): round 1 queries nothing, each hospital releases the
+noisy sum of its records, and the coordinator serves their centre, on which every later record
+(and the test set, for the printed error) is centred; ``--no-centre`` runs the uncentred
+learner instead. After each round the simulation
 evaluates the coordinator's online classifier (the iterate average when the config's
 ``average`` is on, as the streams score) on a held-out test set and prints the test error against
 the labels requested so far, beside two non-private baselines on the same pooled stream
@@ -38,7 +42,7 @@ import httpx
 import numpy as np
 from numpy.typing import NDArray
 
-from common.online.learner import OnlineConfig, OnlineSVM
+from common.online.learner import OnlineConfig, OnlineSVM, centred_rows
 from common.online.params import OnlineParams, to_ball
 from common.online.wire import decode_vector
 
@@ -129,7 +133,8 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
     params = OnlineParams(dim=len(features) + 1, p=args.query_p, epsilon_select=args.epsilon,
                           epsilon_gradient=args.epsilon, window_seconds=60,
                           window_slots=-(-per_hospital // args.chunks),
-                          step_releases=args.hospitals)
+                          step_releases=args.hospitals,
+                          centre_window=None if args.no_centre else 0)
     lo, hi = np.zeros(len(features)), np.full(len(features), 16.0)
     proc, url, admin = start_coordinator(workdir, args.database_url, args.port or free_port())
     try:
@@ -158,9 +163,13 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
             _stream_round(cli, names, workdir, params.window_slots * k, k)
             model = api.get(f"/v1/studies/{STUDY}/online/model").json()
             w = decode_vector(model["average" if params.average else "weights"], params.dim)
+            centre = None if model["centre"] is None else decode_vector(model["centre"],
+                                                                        params.dim)
             table.append({"records": min(len(y), len(y) * k // args.chunks),
                           "labels_requested": _queried(workdir, names),
-                          "steps": model["version"], "test_error": _error(w, Zt, yt)})
+                          "steps": model["version"], "centred": centre is not None,
+                          "test_error": _error(w, centred_rows(Zt, centre, params.radius_x),
+                                               yt)})
         budgets = {b["participant"]: b["epsilon_spent"]
                    for b in api.get("/v1/admin/budget").json()}
     finally:
@@ -168,7 +177,7 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
         proc.wait(timeout=20)
     return {"rounds": table, "baselines": _baselines(params, to_ball(X, lo, hi), y, Zt, yt),
             "epsilon_spent": budgets, "epoch_cost": str(params.epoch_cost()),
-            "window_slots": params.window_slots,
+            "window_slots": params.window_slots, "centre_window": params.centre_window,
             "workdir": str(workdir), "stream_records": len(y), "test_records": len(yt)}
 
 
@@ -189,12 +198,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "/ K slots per window, one noisy release per hospital and window, "
                         "all hospitals' releases of a window summed into one SGD step); the "
                         "test error is printed after each (4)")
+    p.add_argument("--no-centre", action="store_true",
+                   help="--stream: no centring window (by default window 0, the first "
+                        "round, queries nothing and releases each hospital's noisy record "
+                        "sum; later records are centred on the coordinator's centre)")
 
 
 def print_stream(result: dict[str, Any]) -> None:
     print(f"\nstream: digits 0 vs 9, {result['stream_records']} records across hospitals, "
           f"{result['test_records']} held-out test records; {result['window_slots']} slots "
           f"per hospital and window, charge per hospital window {result['epoch_cost']}")
+    if result["centre_window"] is None:
+        print("no centring (--no-centre): records are used uncentred")
+    else:
+        print(f"centring window {result['centre_window']} (round "
+              f"{result['centre_window'] + 1}): no record queried, each hospital releases its "
+              "noisy record sum; later records and the test set are centred on the centre")
     print("\n| records streamed | labels requested | SGD steps | test error |")
     print("|---|---|---|---|")
     for r in result["rounds"]:

@@ -14,6 +14,17 @@ window's queried slots as one batch (:func:`common.online.schedule.window_batch`
 (OpenDP Gaussian), stored, then sent; retries re-send the same bytes. Records beyond the
 window's slots are scored with the current models and never learnt from. A window in which
 no record arrived is charged and released like any other: skipping it would reveal it.
+
+Centring (the config's ``centre_window``, docs/ONLINE.md): in that window no record is queried
+and no label asked; its single release is the noisy sum of its used slots' records (unused
+slots are empty records) through the same path (charge before the window, noise drawn once at
+its end, stored, re-sent byte for byte). Once the coordinator serves a centre, every record is
+centred on it before scoring, querying and its gradient
+(:func:`common.online.learner.centred_rows`); before that records are used uncentred.
+Windows before the centring window are outside the schedule: records are scored only, nothing
+is charged or released. A centring release the coordinator refuses because the centre is
+already fixed (409) is marked refused and not re-sent: its window stays charged here,
+nothing is charged there.
 """
 
 from __future__ import annotations
@@ -30,10 +41,11 @@ from numpy.typing import NDArray
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError
+from common.online.learner import centred_rows
 from common.online.params import OnlineParams, to_ball
 from common.online.query import bernoulli
-from common.online.schedule import window_batch
-from common.online.wire import OnlineGradientCreate, decode_vector, encode_vector
+from common.online.schedule import centre_batch, window_batch
+from common.online.wire import CENTRE_FIXED, OnlineGradientCreate, decode_vector, encode_vector
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.ledger import Ledger
 from participant.stream_store import StreamStore
@@ -102,17 +114,19 @@ class Streamer:
             return None
         self.advance()
         window, _, used = self.store.window()
-        z = to_ball(np.asarray(x, dtype=np.float64)[None, :], self.lo, self.hi,
-                    self.params.radius_x)[0]
-        w, _ = self.store.weights("average" if self.params.average else "weights")
-        margin = float(w @ z)
-        scores = {"online": margin}
         row = np.asarray(x, dtype=np.float64)[None, :]
+        z = to_ball(row, self.lo, self.hi, self.params.radius_x)
+        feats = centred_rows(z, self.store.centre(), self.params.radius_x)[0]
+        w, _ = self.store.weights("average" if self.params.average else "weights")
+        margin = float(w @ feats)
+        scores = {"online": margin}
         for name, det in self.detectors.items():
             scores[name] = float(det.decision_function(row)[0])
-        slot = used if used < self.params.window_slots else None
-        queried = slot is not None and bernoulli(self.rule.probability(margin))
-        self.store.decide(record_id, queried, z, scores, window, slot)
+        slot = used if window >= 0 and used < self.params.window_slots else None
+        centring = slot is not None and self.params.is_centre(window)
+        queried = slot is not None and not centring and bernoulli(self.rule.probability(margin))
+        self.store.decide(record_id, queried, z[0] if centring else feats, scores, window, slot,
+                          keep=centring)
         if queried and (label := self.store.parked_label(record_id)) is not None:
             self.label(record_id, label)
         return Scored(record_id, scores, queried)
@@ -134,6 +148,8 @@ class Streamer:
         while True:
             window, closed, _ = self.store.window()
             if window < 0:
+                if self.params.before_centre(now):
+                    return  # the schedule starts with the centring window
                 self._open(now)
             elif closed == window:
                 self._open(window + 1)
@@ -176,8 +192,12 @@ class Streamer:
         """The window ended: pad, form its one batch, noise it once, store it, send it."""
         _, _, used = self.store.window()
         w, version = self.store.weights()
-        total, count = window_batch(w, self.store.window_queried(window),
-                                    self.params.window_slots - used, self.rule)
+        if self.params.is_centre(window):
+            total, count = centre_batch(self.store.window_records(window), self.params.dim,
+                                        self.params.window_slots, self.params.radius_x)
+        else:
+            total, count = window_batch(w, self.store.window_queried(window),
+                                        self.params.window_slots - used, self.rule)
         cost = self.params.epoch_cost()
         self.store.durable()  # the window's decisions are final before noise is drawn
         key = secrets.token_urlsafe(24)
@@ -192,21 +212,29 @@ class Streamer:
     # --- sending ------------------------------------------------------------------------
     def send_stored(self) -> int:
         """Send every stored release (same noisy bytes on every retry), then refresh the
-        weights. A release refused for a stale config is re-wrapped under the new one when
-        the online section is unchanged; otherwise the stream stops."""
-        sent = 0
+        weights; returns how many the coordinator answered. A release refused for a stale
+        config is re-wrapped under the new one when the online section is unchanged;
+        otherwise the stream stops. A centring release refused because the centre is fixed
+        is marked refused and never re-sent."""
+        answered = 0
         for key, body in self.store.stored_releases():
+            answered += 1
             try:
-                self._post(body)
+                try:
+                    self._post(body)
+                except CoordinatorRefused as exc:
+                    if exc.status != 409 or exc.is_budget or "config" not in exc.detail:
+                        raise
+                    self._post(self._rewrap(key, body, exc))
             except CoordinatorRefused as exc:
-                if exc.status != 409 or exc.is_budget or "config" not in exc.detail:
-                    raise
-                self._post(self._rewrap(key, body, exc))
+                if exc.status == 409 and CENTRE_FIXED in exc.detail:
+                    self.store.refuse(key)  # also after a re-wrap under a new config
+                    continue
+                raise
             self.store.acknowledge(key)
-            sent += 1
-        if sent:
+        if answered:
             self.refresh_weights()
-        return sent
+        return answered
 
     def _post(self, body: str) -> None:
         self.client.request("POST", f"/v1/studies/{self.config.study_id}/online/gradients",
@@ -233,9 +261,11 @@ class Streamer:
         return new
 
     def refresh_weights(self) -> None:
-        """Pick up the coordinator's newest online weights."""
+        """Pick up the coordinator's newest online weights and centre."""
         doc = json.loads(self.client.request(
             "GET", f"/v1/studies/{self.config.study_id}/online/model").text)
+        if self.params.centre_window is not None and doc.get("centre") is not None:
+            self.store.set_centre(decode_vector(doc["centre"], self.params.dim))
         if int(doc["version"]) > self.store.weights()[1]:
             self.store.set_weights(decode_vector(doc["weights"], self.params.dim),
                                    decode_vector(doc["average"], self.params.dim),

@@ -31,7 +31,9 @@ HELP = ("score records as they arrive (JSON lines or CSV on stdin, or files appe
         "window of the study's public schedule, when the window ends (docs/ONLINE.md). "
         "Restart-safe: records already consumed are skipped, windows that ended meanwhile "
         "are closed, and nothing is charged or noised twice. Stops with exit 8 when the next "
-        "window's charge would pass a cap, before any decision or noise of it")
+        "window's charge would pass a cap, before any decision or noise of it. With the "
+        "config's centre_window, that window queries nothing and releases the noisy sum of "
+        "its records, and later records are centred on the served centre")
 
 
 def add_parser(add: Any) -> None:
@@ -142,9 +144,10 @@ def _run(streamer: Streamer, store: StreamStore, config: Any, clock: _Clock,
         out.close()
     doc = {"study": args.study, **store.counts(), "awaiting_labels": store.n_awaiting(),
            "window": store.window()[0], "weights_version": store.weights()[1]}
+    refused = f", {doc['refused']} refused" if doc["refused"] else ""
     text = (f"stream {args.study}: {doc['records']} records consumed ({doc['beyond_slots']} "
-            f"beyond their window's slots, scored only), {doc['queried']} queried, "
-            f"{doc['labelled']} labelled, {doc['releases']} window releases "
-            f"({doc['acknowledged']} acknowledged), window {doc['window']} open, online "
-            f"model v{doc['weights_version']}")
+            f"beyond their window's slots or before the centring window, scored only), "
+            f"{doc['queried']} queried, {doc['labelled']} labelled, {doc['releases']} window "
+            f"releases ({doc['acknowledged']} acknowledged{refused}), window {doc['window']} "
+            f"open, online model v{doc['weights_version']}")
     print(json.dumps(doc) if args.json else text, file=sys.stderr)

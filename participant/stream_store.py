@@ -13,7 +13,10 @@ Every state change is one transaction, committed *before* its effect can be obse
   byte for byte until acknowledged; noise is drawn only for a window not yet closed (a draw
   lost to a crash before its commit was never seen);
 - a schedule window's charge is reserved in the participant ledger before it is opened here,
-  and so before its first query decision.
+  and so before its first query decision;
+- in the centring window every used slot's record is kept (none is queried) until the window
+  closes, when their noisy sum is stored as its release; records are kept centred on the
+  served centre once there is one (it is stored here with the weights).
 
 Nothing here leaves the machine except the stored release bodies.
 """
@@ -122,13 +125,15 @@ class StreamStore:
             is not None
 
     def decide(self, record_id: str, queried: bool, x: Vector, scores: dict[str, float],
-               window: int, slot: int | None) -> int:
-        """Store a record's query decision and scores (and the record, if queried); returns
-        its seq. ``slot`` None: beyond the window's slots (scored, never used for learning)."""
+               window: int, slot: int | None, keep: bool = False) -> int:
+        """Store a record's query decision and scores (and the record, if queried or
+        ``keep``: a centring slot); returns its seq. ``slot`` None: beyond the window's slots
+        or before the centring window (scored, never used for learning)."""
         seq = self.num("seq")
         with self.transaction():
             self._db.execute("INSERT INTO records VALUES (?,?,?,?,NULL,?,?,?)",
-                             (record_id, seq, int(queried), _blob(x) if queried else None,
+                             (record_id, seq, int(queried),
+                              _blob(x) if queried or keep else None,
                               json.dumps(scores), window, slot))
             values: dict[str, Any] = {"seq": seq + 1}
             if slot is not None:
@@ -162,6 +167,12 @@ class StreamStore:
         return [(_vec(x), None if label is None else int(label)) for x, label in
                 self._db.execute("SELECT x, label FROM records WHERE win=? AND queried=1 "
                                  "AND slot IS NOT NULL ORDER BY seq", (window,))]
+
+    def window_records(self, window: int) -> list[Vector]:
+        """The kept records of the window's used slots (the centring window's)."""
+        return [_vec(x) for (x,) in self._db.execute(
+            "SELECT x FROM records WHERE win=? AND slot IS NOT NULL AND x IS NOT NULL "
+            "ORDER BY seq", (window,))]
 
     def park_label(self, record_id: str, label: int) -> None:
         """A label for a record not consumed yet: kept until that record arrives."""
@@ -199,8 +210,9 @@ class StreamStore:
         with self.transaction():
             self._db.execute("INSERT INTO releases VALUES (?,?,?, 'stored')",
                              (key, self.num("releases"), body))
-            self._db.execute("UPDATE records SET x=NULL, label=COALESCE(label, 0) WHERE win=? "
-                             "AND queried=1", (window,))
+            self._db.execute("UPDATE records SET label=COALESCE(label, 0) WHERE win=? AND "
+                             "queried=1", (window,))
+            self._db.execute("UPDATE records SET x=NULL WHERE win=?", (window,))
             self._set(closed=window, releases=self.num("releases") + 1)
         self.durable()
 
@@ -217,6 +229,19 @@ class StreamStore:
     def acknowledge(self, key: str) -> None:
         self._db.execute("UPDATE releases SET status='acknowledged' WHERE key=?", (key,))
 
+    def refuse(self, key: str) -> None:
+        """A stored release the coordinator refused for good (a late centring release): never
+        re-sent; its window stays charged here (its noisy bytes were sent)."""
+        self._db.execute("UPDATE releases SET status='refused' WHERE key=?", (key,))
+
+    def centre(self) -> Vector | None:
+        """The centre served by the coordinator (None: none yet, or no centring)."""
+        raw = self.get("centre")
+        return None if raw is None else _vec(base64.b64decode(raw))
+
+    def set_centre(self, centre: Vector) -> None:
+        self._set(centre=base64.b64encode(_blob(centre)).decode())
+
     def counts(self) -> dict[str, int]:
         """Local summary: records consumed, queried, labelled, beyond their window's slots,
         releases made and sent."""
@@ -231,6 +256,8 @@ class StreamStore:
             "releases": self.num("releases"),
             "acknowledged": int(q("SELECT COUNT(*) FROM releases WHERE status="
                                   "'acknowledged'").fetchone()[0]),
+            "refused": int(q("SELECT COUNT(*) FROM releases WHERE status='refused'")
+                           .fetchone()[0]),
         }
 
 

@@ -15,13 +15,14 @@ from typing import Any
 _HOME = {
     "ceil_budget": "accounting", "record_cost": "accounting", "selection_cost": "accounting",
     "OnlineConfig": "learner", "OnlineSVM": "learner", "apply_step": "learner",
-    "centre_from_release": "learner", "project_rows": "learner",
+    "centre_from_release": "learner", "centred_rows": "learner", "project_rows": "learner",
     "federated_step": "learner", "hinge_gradient": "learner", "project_ball": "learner",
     "running_mean": "learner",
     "step_size": "learner", "GradientNoise": "noise", "gaussian_scale": "noise",
     "make_gradient_noise": "noise", "ExponentialRule": "query", "QueryRule": "query",
     "RandomizedResponseRule": "query", "bernoulli": "query", "OnlineParams": "params",
-    "to_ball": "params", "pad_queries": "schedule", "window_batch": "schedule",
+    "to_ball": "params", "centre_batch": "schedule", "pad_queries": "schedule",
+    "window_batch": "schedule",
 }
 
 
@@ -48,7 +49,9 @@ __all__ = [
     "apply_step",
     "bernoulli",
     "ceil_budget",
+    "centre_batch",
     "centre_from_release",
+    "centred_rows",
     "gaussian_scale",
     "hinge_gradient",
     "make_gradient_noise",

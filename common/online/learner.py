@@ -42,6 +42,7 @@ __all__ = [
     "OnlineSVM",
     "apply_step",
     "centre_from_release",
+    "centred_rows",
     "federated_step",
     "hinge_gradient",
     "project_ball",
@@ -75,6 +76,16 @@ def centre_from_release(noisy_sum: Vector, count: int) -> Vector:
     centre = np.asarray(noisy_sum, dtype=np.float64) / count
     centre[-1] = 0.0
     return centre
+
+
+def centred_rows(X: NDArray[np.floating], centre: Vector | None,
+                 radius: float) -> NDArray[np.float64]:
+    """Rows of ``X`` as a centring learner uses them: ``Pi_M(x)``, then ``Pi_M(Pi_M(x) - c)``
+    once a centre ``c`` is released (``None``: no centre yet, rows only projected). The
+    second projection keeps every centred record in the ball, so gradients keep their
+    ``2 M`` sensitivity whatever the (noisy) centre."""
+    rows = project_rows(X, radius)
+    return rows if centre is None else project_rows(rows - centre, radius)
 
 
 def step_size(t: int, eta0: float) -> float:
@@ -182,10 +193,8 @@ class OnlineSVM:
     def features(self, X: NDArray[np.floating]) -> NDArray[np.float64]:
         """Rows of ``X`` as the learner uses them: ``Pi_M(x)``, then centred and projected
         again once a centre is released (before that the weights are 0 anyway)."""
-        rows = project_rows(X, self.config.radius_x)
-        if self.config.centre and self.centre_ is not None:
-            rows = project_rows(rows - self.centre_, self.config.radius_x)
-        return rows
+        centre = self.centre_ if self.config.centre else None
+        return centred_rows(X, centre, self.config.radius_x)
 
     def decision_function(self, X: NDArray[np.floating]) -> Vector:
         """Margins ``<coef_, features(x)>`` of rows of ``X`` (positive = class +1)."""

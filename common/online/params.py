@@ -40,11 +40,20 @@ from __future__ import annotations
 import functools
 import math
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.online.learner import OnlineConfig
@@ -106,6 +115,11 @@ class OnlineParams(BaseModel):
                           "of the iterates (post-processing of the released steps).")
     step_releases: int = Field(default=1, ge=1, le=1000, description="Coordinator: noisy "
                                "batch sums summed into one SGD step.")
+    centre_window: int | None = Field(
+        default=None, ge=0, description="Centring (docs/ONLINE.md): this schedule window's "
+        "release is the noisy sum of its slots' records (none queried, unused slots empty), "
+        "and every later record is centred on the served centre; learning starts after it. "
+        "None: no centring.")
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +136,15 @@ class OnlineParams(BaseModel):
         if not Decimal(0) < self.delta_gradient < Decimal("0.01"):
             raise ValueError("delta_gradient must be in (0, 0.01); use about 1e-6")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_no_centre(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """``centre_window`` is omitted when null, so configs signed before it keep their
+        canonical form (their signatures still verify)."""
+        doc = handler(self)
+        if isinstance(doc, dict) and doc.get("centre_window") is None:
+            doc.pop("centre_window", None)
+        return doc
 
     def learner(self) -> OnlineConfig:
         """The pure learner's configuration."""
@@ -150,6 +173,15 @@ class OnlineParams(BaseModel):
     def window_end(self, window: int) -> int:
         """Unix time at which ``window`` ends (its release is due)."""
         return self.window_origin + (window + 1) * self.window_seconds
+
+    def is_centre(self, window: int) -> bool:
+        """Whether ``window`` is the centring window (its release is a centring sum)."""
+        return self.centre_window is not None and window == self.centre_window
+
+    def before_centre(self, window: int) -> bool:
+        """Whether ``window`` comes before the centring window: outside the schedule (records
+        scored only; nothing charged or released)."""
+        return self.centre_window is not None and window < self.centre_window
 
     def epoch_cost(self) -> PrivacyBudget:
         """What one schedule window is charged: true selection epsilon + one gradient release

@@ -13,6 +13,11 @@ ends. Its batch holds every queried slot of the window:
 
 The batch's count is therefore the number of queried slots, a function of the private query
 decisions only, and the number and times of releases are functions of the schedule only.
+
+The centring window (``OnlineParams.centre_window``) releases instead the sum of its slots'
+records (:func:`centre_batch`): no slot is queried, unused slots add the empty record (zero),
+so its count is the window's public number of slots. One slot's record replaced by another or
+by the empty record moves the sum by at most ``2 M``: the gradient's sensitivity and noise.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from collections.abc import Iterable
 import numpy as np
 from numpy.typing import NDArray
 
-from common.online.learner import hinge_gradient
+from common.online.learner import hinge_gradient, project_rows
 from common.online.query import QueryRule, bernoulli_count
 
-__all__ = ["pad_queries", "window_batch"]
+__all__ = ["centre_batch", "pad_queries", "window_batch"]
 
 Vector = NDArray[np.float64]
 
@@ -52,3 +57,17 @@ def window_batch(w: Vector, queried: Iterable[tuple[Vector, int | None]], empty:
         if label is not None:
             total = total + hinge_gradient(w, z, label)
     return total, count + pad_queries(rule, empty)
+
+
+def centre_batch(records: Iterable[Vector], dim: int, slots: int, radius: float
+                 ) -> tuple[Vector, int]:
+    """Exact sum and count of the centring window's release (before noise): the records of
+    its used slots, each projected into the ball of ``radius`` (a no-op for records already
+    there; it makes the ``2 M`` bound hold for any input), plus ``slots - len(records)``
+    empty records (zero). The count is ``slots``: public."""
+    rows = [np.asarray(r, dtype=np.float64) for r in records]
+    if len(rows) > slots:
+        raise ValueError(f"{len(rows)} records for a window of {slots} slots")
+    if not rows:
+        return np.zeros(dim), slots
+    return np.asarray(project_rows(np.stack(rows), radius).sum(axis=0)), slots

@@ -3,7 +3,9 @@
 A vector travels as base64 of float64 little-endian (``encode_vector``/``decode_vector``).
 Only the noisy batch sum, the batch's count of queried slots (post-processing of the private
 query decisions), the schedule window it closes, the weights version it was computed against
-and the claimed charge (one window's) leave a participant.
+and the claimed charge (one window's) leave a participant. The centring window's release
+(``OnlineParams.centre_window``) has the same shape: the noisy sum of its slots' records and,
+as count, the window's public number of slots.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.online.params import _Delta, _Eps
 
 __all__ = [
+    "CENTRE_FIXED",
     "OnlineGradientCreate",
     "OnlineGradientPublic",
     "OnlineModelPublic",
     "decode_vector",
     "encode_vector",
 ]
+
+CENTRE_FIXED = "the centre is fixed"
+"""In the coordinator's 409 detail for a centring release that arrives after the first step:
+the participant then stops re-sending that release (nothing was stored or charged there)."""
 
 _Key = Annotated[str, Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 
@@ -63,8 +70,10 @@ class OnlineGradientCreate(BaseModel):
                         "closes (one release per window, sent once the window has ended).")
     count: int = Field(strict=True, ge=0, le=10_000_000,
                        description="Queried slots of the window (post-processing of the "
-                       "private query decisions; 0: the release carries noise only).")
-    noisy_sum: str = Field(description="Noisy gradient sum, base64 float64 little-endian.")
+                       "private query decisions; 0: the release carries noise only); for the "
+                       "centring window: its number of slots (public).")
+    noisy_sum: str = Field(description="Noisy gradient sum (centring window: noisy sum of its "
+                           "records), base64 float64 little-endian.")
     epsilon: _Eps = Field(description="Claimed epsilon: one window's charge.")
     delta: _Delta = Field(default=Decimal(0), description="Claimed delta: one window's charge.")
 
@@ -95,3 +104,9 @@ class OnlineModelPublic(BaseModel):
                          "(dim values): gradients are taken at it.")
     average: str = Field(description="Running mean of the iterates, same encoding: scoring "
                          "and the query rule use it when the config's `average` is on.")
+    centre: str | None = Field(default=None, description="With the config's `centre_window`: "
+                               "the centre (same encoding) every record is centred on before "
+                               "scoring, querying and gradients; null until a centring release "
+                               "arrives.")
+    centre_releases: int = Field(default=0, description="Centring releases summed into it "
+                                 "(fixed once the first step is taken).")

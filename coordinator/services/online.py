@@ -11,6 +11,16 @@ online model row (the study lock), the config check under it, the insert, and, o
 ``step_releases`` releases are pending, :func:`common.online.learner.federated_step` on
 their summed noisy sums and counts (pure post-processing of released values). A replay of an
 idempotency key answers the stored release; a different body under the same key is refused.
+
+Centring (the config's ``centre_window``): a release of that window is a noisy sum of the
+window's slots' records, not of gradients. It is charged like any window (the per-window
+charge is conservative for it: nothing of the window is queried) and added to the model's
+centre instead of a step; the centre served is the sum of the centring releases divided by
+``window_slots`` times their number (public), bias coordinate 0: post-processing of released
+values. Steps are taken relative to a centre, so the centre is fixed at the first step: a
+centring release arriving after it is refused (409) before anything is stored or charged.
+Gradient releases of windows before the centring window are refused (422): learning starts
+after it.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -34,9 +46,10 @@ from common.errors import (
     InvalidInput,
     NotFound,
 )
-from common.online.learner import federated_step, running_mean
+from common.online.learner import centre_from_release, federated_step, running_mean
 from common.online.params import OnlineParams
 from common.online.wire import (
+    CENTRE_FIXED,
     OnlineGradientCreate,
     OnlineModelPublic,
     decode_vector,
@@ -102,6 +115,14 @@ def _check_window(session: Session, participant: Participant, study: Study,
     if body.count > params.window_slots:
         raise InvalidInput(f"count {body.count} exceeds the {params.window_slots} slots of a "
                            "schedule window")
+    if params.is_centre(body.window) and body.count != params.window_slots:
+        raise InvalidInput(f"window {body.window} is the centring window: its release sums "
+                           f"all {params.window_slots} slots (count {params.window_slots}), "
+                           f"not {body.count}")
+    if params.before_centre(body.window):
+        raise InvalidInput(f"window {body.window} comes before the centring window "
+                           f"{params.centre_window}: learning starts after it, nothing of "
+                           "earlier windows is released")
     if params.window_end(body.window) > now + CLOCK_SKEW:
         raise InvalidInput(f"window {body.window} of the schedule has not ended (it ends at "
                            f"Unix time {params.window_end(body.window)}); a window's release "
@@ -115,8 +136,8 @@ def _check_window(session: Session, participant: Participant, study: Study,
 
 def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
     pending = list(session.scalars(select(OnlineRelease).where(
-        OnlineRelease.study_id == model.study_id, OnlineRelease.applied_in.is_(None)
-    ).order_by(OnlineRelease.id)))
+        OnlineRelease.study_id == model.study_id, OnlineRelease.applied_in.is_(None),
+        OnlineRelease.centring.is_(False)).order_by(OnlineRelease.id)))
     model.pending, model.updated_at = 0, utcnow()
     counted = [r for r in pending if r.count > 0]
     if counted:  # releases of count 0 (no slot queried) carry noise only: no step on them
@@ -133,6 +154,32 @@ def _apply(model: OnlineModel, params: OnlineParams, releases: list[OnlineReleas
     model.version += 1
     average = running_mean(decode_vector(model.average, params.dim), w, model.version)
     model.weights, model.average = encode_vector(w), encode_vector(average)
+
+
+def _add_centre(session: Session, model: OnlineModel, params: OnlineParams,
+                body: OnlineGradientCreate) -> None:
+    """Sum a centring release into the model's centre; refused once a step was taken (the
+    session is rolled back first: nothing stored or charged)."""
+    if model.version > 0:
+        session.rollback()
+        raise Conflict(f"window {body.window}'s centring release arrived after the online "
+                       f"model's first SGD step: {CENTRE_FIXED} (steps were taken relative to "
+                       "it). Nothing was stored or charged; do not re-send it.",
+                       model_version=model.version)
+    noisy = decode_vector(body.noisy_sum, params.dim)
+    if model.centre_sum is not None:
+        noisy = noisy + decode_vector(model.centre_sum, params.dim)
+    model.centre_sum, model.centre_releases = encode_vector(noisy), model.centre_releases + 1
+    model.updated_at = utcnow()
+
+
+def centre_of(model: OnlineModel, params: OnlineParams) -> NDArray[np.float64] | None:
+    """The centre served: the centring releases' summed noisy sums over their public number
+    of slots, bias coordinate 0 (:func:`common.online.learner.centre_from_release`)."""
+    if model.centre_sum is None or not model.centre_releases:
+        return None
+    return centre_from_release(decode_vector(model.centre_sum, params.dim),
+                               params.window_slots * model.centre_releases)
 
 
 def submit(session: Session, participant: Participant, study: Study,
@@ -165,21 +212,24 @@ def submit(session: Session, participant: Participant, study: Study,
             model = new_model(study.id, params)
             session.add(model)
         check_config(study.id, *conn.execute(charge.CONFIG, {"sid": study.id}).one(), body)  # type: ignore[arg-type]
+        centring = params.is_centre(body.window)
+        if centring:
+            _add_centre(session, model, params, body)
         release = OnlineRelease(
             study_id=study.id, participant_id=participant.id,
             idempotency_key=body.idempotency_key, request_sha256=digest,
             config_version=body.config_version, weights_version=body.weights_version,
             schedule_window=body.window, count=body.count, noisy_sum=body.noisy_sum,
-            eps_units=eps, delta_units=delta)
+            eps_units=eps, delta_units=delta, centring=centring)
         session.add(release)
-        model.pending += 1
+        model.pending += 0 if centring else 1
         session.flush()
         if eps or delta:  # itemised on the ledger like every other charge
             charge.itemise(conn, participant_id=participant.id, study_id=study.id,
                            key=f"online:{release.id}", digest=digest,
                            config_version=body.config_version, eps_units=eps,
                            delta_units=delta, payload="", kind="online")
-        if model.pending >= params.step_releases:
+        if not centring and model.pending >= params.step_releases:
             _step(session, model, params)
         version = model.version
         session.commit()
@@ -200,6 +250,9 @@ def model_public(session: Session, study: Study) -> OnlineModelPublic:
     """The current weights (all zero before the first step)."""
     config, params = online_params(study)
     model = session.get(OnlineModel, study.id) or new_model(study.id, params)
+    centre = centre_of(model, params)
     return OnlineModelPublic(study_id=study.id, config_version=config.version,
                              version=model.version or 0, pending=model.pending or 0,
-                             weights=model.weights, average=model.average)
+                             weights=model.weights, average=model.average,
+                             centre=None if centre is None else encode_vector(centre),
+                             centre_releases=model.centre_releases or 0)

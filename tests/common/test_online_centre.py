@@ -8,9 +8,12 @@ from test_online import hockey_stick
 
 from common.online import (
     OnlineConfig,
+    OnlineParams,
     OnlineSVM,
     RandomizedResponseRule,
+    centre_batch,
     centre_from_release,
+    centred_rows,
     make_gradient_noise,
     project_ball,
     project_rows,
@@ -115,3 +118,56 @@ def test_centring_removes_the_class_imbalance_offset_on_digits() -> None:
         errors.append(float(np.mean(svm.predict(X) != y)))
     assert errors[0] > 0.25
     assert errors[1] < 0.03
+
+
+def test_centred_rows_is_what_the_learner_uses() -> None:
+    svm = OnlineSVM(OnlineConfig(dim=3, radius_x=0.5, centre=1))
+    svm.step(np.ones(3), lambda: 1)
+    rows = RNG.normal(size=(50, 3))
+    np.testing.assert_array_equal(svm.features(rows), centred_rows(rows, svm.centre_, 0.5))
+    np.testing.assert_array_equal(centred_rows(rows, None, 0.5), project_rows(rows, 0.5))
+
+
+def test_centre_batch_sums_the_used_slots_and_counts_every_slot() -> None:
+    rows = [np.array([0.3, 0.4]), np.array([6.0, 8.0])]  # the second is projected to norm 1
+    total, count = centre_batch(rows, dim=2, slots=5, radius=1.0)
+    np.testing.assert_allclose(total, [0.9, 1.2])
+    assert count == 5  # public: empty slots add zero but count
+    np.testing.assert_array_equal(centre_batch([], 2, 5, 1.0)[0], np.zeros(2))
+    with pytest.raises(ValueError, match="3 records for a window of 2 slots"):
+        centre_batch(rows + rows[:1], 2, 2, 1.0)
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        OnlineParams(dim=3, centre_window=-1)
+    params = OnlineParams(dim=3, centre_window=4)
+    assert params.is_centre(4) and not params.is_centre(5) and params.before_centre(3)
+    assert not OnlineParams(dim=3).is_centre(0) and not OnlineParams(dim=3).before_centre(0)
+
+
+@pytest.mark.parametrize("other", [np.array([-5.0]), None], ids=["replaced", "empty slot"])
+def test_stream_centring_release_on_neighbouring_windows(other: np.ndarray | None) -> None:
+    """The stream's centring release (:func:`centre_batch`, then the gradient noise): windows
+    differing in one slot (its record replaced, or left empty) give sums at most 2 M apart,
+    and the release keeps the charged (eps, delta)."""
+    noise = make_gradient_noise(radius=1.0, epsilon=1.0, delta=1e-6)
+    rest = [np.array([0.3]), np.array([-0.8])]
+    a_sum = float(centre_batch([*rest, np.array([5.0])], 1, 4, 1.0)[0][0])
+    b_sum = float(centre_batch([*rest, *([] if other is None else [other])], 1, 4, 1.0)[0][0])
+    assert abs(a_sum - b_sum) <= noise.sensitivity
+    n = 12_000
+    a = noise.release(np.full(n, a_sum))
+    b = noise.release(np.full(n, b_sum))
+    assert hockey_stick(a, b, noise.epsilon) <= noise.delta + 0.02
+
+
+def test_configs_signed_before_centring_keep_their_canonical_form() -> None:
+    """``centre_window`` is omitted from the JSON when null: an online section signed before
+    it re-canonicalises to the same bytes, so its signature still verifies."""
+    from common.config import canonical_json
+
+    old = {"dim": 3, "window_slots": 20}
+    assert canonical_json(OnlineParams.model_validate(old)) == canonical_json(
+        OnlineParams(dim=3, window_slots=20))
+    assert b"centre_window" not in canonical_json(OnlineParams.model_validate(old))
+    centred = OnlineParams(dim=3, centre_window=2)
+    doc = centred.model_dump(mode="json")
+    assert doc["centre_window"] == 2 and OnlineParams.model_validate(doc) == centred

@@ -61,15 +61,15 @@ class Run:
     """A Streamer on fresh files, its clock driven by ticks."""
 
     def __init__(self, root: Path, cap: str = "100", coordinator: FakeCoordinator | None = None,
-                 refetch=None) -> None:
+                 refetch=None, online: OnlineParams = ONLINE) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.tick = 0
         self.coordinator = coordinator or FakeCoordinator()
         self.store = StreamStore(root / "stream.sqlite3", 3)
         self.ledger = Ledger(root / "ledger.sqlite3")
-        self.streamer = Streamer(study(), "d" * 64, self.store, self.ledger, self.coordinator,
-                                 PrivacyBudget(cap, Decimal("0.5")), {}, lambda: self.tick,
-                                 refetch)
+        self.streamer = Streamer(study(online=online), "d" * 64, self.store, self.ledger,
+                                 self.coordinator, PrivacyBudget(cap, Decimal("0.5")), {},
+                                 lambda: self.tick, refetch)
         self.streamer.resume()
 
     def feed(self, n: int, start: int = 0) -> None:

@@ -32,9 +32,10 @@ async def create_gradient(
 ) -> OnlineGradientPublic:
     """Store and charge one noisy mini-batch gradient sum (201; 200 for a replayed key).
 
-    For members of a study with an online section. The claimed cost must be `epochs` times
-    the config's epoch cost; once `step_releases` releases are pending the coordinator takes
-    one SGD step on their summed noisy sums.
+    For members of a study with an online section. The claimed cost must be one schedule
+    window's charge; once `step_releases` releases are pending the coordinator takes one SGD
+    step on their summed noisy sums. A release of the config's `centre_window` is summed into
+    the served centre instead (409 once the first step was taken: the centre is fixed).
     """
 
     def work(session: Session, settings: Settings) -> online.Outcome:
