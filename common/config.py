@@ -50,6 +50,7 @@ from common.params import (
     PrivacyParams,
     StudyId,
     _Model,
+    omit_at_defaults,
 )
 from common.secagg.params import AggregationParams, modulus_bits
 
@@ -77,6 +78,10 @@ def _derive_family(
     seed_hex: str, lo: tuple[float, ...], hi: tuple[float, ...], n_tables: int, sample_size: int
 ) -> LSHFamily:
     return derive_lsh_family(bytes.fromhex(seed_hex), lo, hi, n_tables, sample_size)
+
+
+_LATER_SECTIONS = {"aggregation": None, "online": None, "cohorts": None}
+"""Sections added after configs were first signed: omitted from the JSON when null."""
 
 
 class StudyConfig(_Model):
@@ -108,12 +113,8 @@ class StudyConfig(_Model):
     )
 
     @model_serializer(mode="wrap")
-    def _omit_default_aggregation(self, handler: SerializerFunctionWrapHandler) -> Any:
-        doc = handler(self)
-        for optional in ("aggregation", "online", "cohorts"):
-            if isinstance(doc, dict) and doc.get(optional) is None:
-                doc.pop(optional, None)
-        return doc
+    def _omit_later_sections(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return omit_at_defaults(handler(self), _LATER_SECTIONS)
 
     @property
     def aggregation_mode(self) -> Literal["independent", "secure"]:

@@ -7,9 +7,10 @@ sections that belong to one protocol live in its own package (``common.secagg.pa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -24,6 +25,18 @@ from pydantic import (
 )
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, decimal_field
+
+
+def omit_at_defaults(doc: Any, defaults: Mapping[str, object]) -> Any:
+    """A serialised config section without the fields that hold the given defaults: fields
+    added after such sections were first signed are left out at their default, so that
+    configs signed before them keep their canonical form and their signatures verify."""
+    if isinstance(doc, dict):
+        for name, default in defaults.items():
+            if name in doc and doc[name] == default:
+                doc.pop(name)
+    return doc
+
 
 MAX_GRID_CELL_LIMIT = 50_000_000
 """Largest grid released densely (the dense vector must fit on the wire)."""

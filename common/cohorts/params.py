@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from common.budget import EPSILON_QUANTUM, PrivacyBudget, exact_decimal
+from common.params import omit_at_defaults
 
 __all__ = ["CohortParams", "COHORT_METHODS"]
 
@@ -135,12 +136,7 @@ class CohortParams(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_later_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        doc = handler(self)
-        if isinstance(doc, dict):
-            for name, default in _LATER_DEFAULTS.items():
-                if name in doc and doc[name] == default:
-                    doc.pop(name)
-        return doc
+        return omit_at_defaults(handler(self), _LATER_DEFAULTS)
 
     def cap(self) -> PrivacyBudget:
         """What a participant may spend on the cohort rounds in all: ``epsilon`` and, with

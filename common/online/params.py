@@ -58,6 +58,7 @@ from pydantic import (
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.online.learner import OnlineConfig
 from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
+from common.params import omit_at_defaults
 
 if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
     from common.online.noise import GradientNoise
@@ -141,10 +142,7 @@ class OnlineParams(BaseModel):
     def _omit_no_centre(self, handler: SerializerFunctionWrapHandler) -> Any:
         """``centre_window`` is omitted when null, so configs signed before it keep their
         canonical form (their signatures still verify)."""
-        doc = handler(self)
-        if isinstance(doc, dict) and doc.get("centre_window") is None:
-            doc.pop("centre_window", None)
-        return doc
+        return omit_at_defaults(handler(self), {"centre_window": None})
 
     def learner(self) -> OnlineConfig:
         """The pure learner's configuration."""
