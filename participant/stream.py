@@ -116,7 +116,8 @@ class Streamer:
         window, _, used = self.store.window()
         row = np.asarray(x, dtype=np.float64)[None, :]
         z = to_ball(row, self.lo, self.hi, self.params.radius_x)
-        feats = centred_rows(z, self.store.centre(), self.params.radius_x)[0]
+        centre = None if self.params.centre_window is None else self.store.centre()
+        feats = centred_rows(z, centre, self.params.radius_x)[0]
         w, _ = self.store.weights("average" if self.params.average else "weights")
         margin = float(w @ feats)
         scores = {"online": margin}
