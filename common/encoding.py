@@ -1,5 +1,9 @@
 """Wire encoding of integer count vectors: base64 of zlib-compressed little-endian arrays.
 
+Decoding (the coordinator's ingest) reads the same formats with faster implementations:
+``pybase64`` (SIMD base64, strict: padding exactly as encoded) and ISA-L's zlib inflate
+(``isal``), which checks the stream's Adler-32 like zlib.
+
 Dense vectors send every cell; sparse ones (a thresholded grid) send the sorted cell keys
 followed by the values. A key is ``W = key_words(n_cells)`` ``<i8`` words, most significant
 first (:mod:`common.cellkeys`): for grids of at most ``2**63`` cells ``W = 1`` and a key is
@@ -20,6 +24,8 @@ import zlib
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+import pybase64
+from isal import isal_zlib
 from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -204,14 +210,14 @@ def decode_counts(
         raise PayloadTooLarge(
             f"encoded counts are {len(enc.data)} characters, more than {max_text} for {size} bytes"
         )
-    try:
-        raw = base64.b64decode(enc.data, validate=True)
+    try:  # pybase64 and ISA-L's inflate: the standard formats, 30x and 3x faster (BENCHMARKS)
+        raw = pybase64.b64decode(enc.data, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise PayloadInvalid(f"counts data is not valid base64: {exc}") from exc
-    inflater = zlib.decompressobj()
+    inflater = isal_zlib.decompressobj()
     try:
         body = inflater.decompress(raw, size + 1)  # never more than size + 1 bytes out
-    except zlib.error as exc:
+    except isal_zlib.error as exc:  # type: ignore[misc]  # IsalError, an Exception
         raise PayloadInvalid(f"counts data is not a valid zlib stream: {exc}") from exc
     if len(body) > size or inflater.unconsumed_tail:
         raise PayloadInvalid(f"counts decompress to more than the {size} bytes the header implies")

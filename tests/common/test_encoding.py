@@ -114,7 +114,8 @@ def _flip(text: str, pos: int) -> str:
     [
         (GOOD, 999, PayloadInvalid, "1000 cells but the study config implies 999"),
         (GOOD.model_copy(update={"data": _flip(GOOD.data, 5)}), 1000, PayloadInvalid, None),
-        (GOOD.model_copy(update={"data": _flip(GOOD.data, -1)}), 1000, PayloadInvalid, None),
+        # the last byte is the stream's Adler-32: the inflater itself must check it
+        (GOOD.model_copy(update={"data": _flip(GOOD.data, -1)}), 1000, PayloadInvalid, "zlib"),
         (GOOD.model_copy(update={"data": GOOD.data[:-8]}), 1000, PayloadInvalid, None),
         (GOOD.model_copy(update={"data": GOOD.data + "!!"}), 1000, PayloadInvalid, "base64"),
         (GOOD.model_copy(update={"sha256": "0" * 64}), 1000, PayloadInvalid, "sha256"),
