@@ -172,8 +172,8 @@ def prepare(
         body.lsh.model_dump_json(),
         body.grid.model_dump_json() if body.grid is not None else None,
     )
-    if session.connection().dialect.name != "postgresql":
-        session.rollback()  # end the read transaction: on SQLite it holds the write lock
+    if session.get_bind().dialect.name != "postgresql":
+        session.rollback()  # end the read transaction (and its lock, if it took the write lock)
     decode_release(config, body, max_decoded_bytes)
     return Prepared(release, cost, body)
 

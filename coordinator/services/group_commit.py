@@ -41,6 +41,7 @@ from typing import Final, TypeVar
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from coordinator.db import READ
 from coordinator.services import charge, charge_pg
 from coordinator.services.charge import Stored
 from coordinator.services.contributions import Outcome, Prepared
@@ -163,7 +164,7 @@ class GroupWriter:
 def run_batch(session: Session, batch: list[Job]) -> None:
     """The batch's lookups (one query), each job's read, the batch's one write transaction,
     then the stragglers alone."""
-    found = _attempt(session, lambda: lookup_many(session.connection(),
+    found = _attempt(session, lambda: lookup_many(session.connection(execution_options=READ),
                                                   [job.wanted for job in batch]))
     for i, job in enumerate(batch):
         if isinstance(found, BaseException):
