@@ -1,7 +1,7 @@
 """The contribution transaction: charge, order, store, itemise - as prebuilt Core statements.
 
-Built once at import (SQLAlchemy then only binds parameters: about a tenth of the CPU of an
-ORM query built per call) and run on the session's connection, in this order:
+Built once at import and run on the driver cursor beneath the session's connection
+(``services.driver_sql``: compiled once, no per-execute SQLAlchemy work), in this order:
 
 1. ``CHARGE``: a conditional ``UPDATE participants`` (active, within both caps) - the
    participant row lock: no other release of this participant runs until commit, so every
@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, case, func, insert, select, update
 
 from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
+from coordinator.services.driver_sql import fetch
 
 PREVIOUS = select(Contribution.id, Contribution.request_sha256).where(
     Contribution.participant_id == bindparam("pid"),
@@ -112,15 +113,15 @@ def store(conn: Connection, release: Release, check: Callable[[int, str], None])
     """
     r = release
     ids = {"pid": r.participant_id, "sid": r.study_id}
-    if conn.execute(CHARGE, {"eps": r.eps_units, "delta": r.delta_units, **ids}).first() is None:
+    if not fetch(conn, CHARGE, {"eps": r.eps_units, "delta": r.delta_units, **ids}):
         return None
     now = utcnow()
-    version = conn.execute(BUMP, {**ids, "now": now}).scalar_one()
-    check(*conn.execute(CONFIG, {"sid": r.study_id}).one())
+    ((version,),) = fetch(conn, BUMP, {**ids, "now": now})
+    (config,) = fetch(conn, CONFIG, {"sid": r.study_id})
+    check(*config)
     row = {**r.__dict__, **ids, "model_version": version, "created_at": now}
-    contribution_id = conn.execute(INSERT_CONTRIBUTION, row).scalar_one()
-    kind = "lsh" if r.grid_payload is None else "lsh+grid"
-    _ledger(conn, contribution_id, row, kind)
+    ((contribution_id,),) = fetch(conn, INSERT_CONTRIBUTION, row)
+    _ledger(conn, contribution_id, row, "lsh" if r.grid_payload is None else "lsh+grid")
     return r.stored(contribution_id, now, version)
 
 
@@ -137,13 +138,13 @@ def itemise(conn: Connection, *, participant_id: int, study_id: str, key: str, d
         "idempotency_key": key, "request_sha256": digest, "config_version": config_version,
         "eps_units": eps_units, "delta_units": delta_units, "lsh_payload": payload,
         "grid_payload": None, "model_version": 0, "created_at": utcnow()}
-    contribution_id: int = conn.execute(INSERT_ITEM, row).scalar_one()
+    ((contribution_id,),) = fetch(conn, INSERT_ITEM, row)
     _ledger(conn, contribution_id, row, kind)
-    return contribution_id
+    return int(contribution_id)
 
 
 def _ledger(conn: Connection, contribution_id: int, row: dict[str, Any], kind: str) -> None:
     """The ledger entry of a just-inserted contribution ``row`` (same ids, charge and time)."""
     keys = ("participant_id", "study_id", "eps_units", "delta_units", "created_at")
     entry = {k: row[k] for k in keys}
-    conn.execute(INSERT_LEDGER, {**entry, "contribution_id": contribution_id, "kind": kind})
+    fetch(conn, INSERT_LEDGER, {**entry, "contribution_id": contribution_id, "kind": kind})

@@ -1,34 +1,65 @@
-"""Prebuilt statements of the ingest path run on PostgreSQL's driver cursor, inside the session.
+"""Prebuilt statements of the ingest path run on the driver's cursor, inside the session.
 
-Profiling one contribution on PostgreSQL (``tests/benchmarks/profile_ingest.py --db postgres
---cprofile``) showed SQLAlchemy's per-execute work (execution context, result metadata,
-row processing) at several times the CPU of psycopg's own execute for these small
-statements. The hot statements are defined once in SQLAlchemy (Core or ``text``), compiled
-once per dialect here, and run on the psycopg connection beneath the session's
-:class:`~sqlalchemy.engine.Connection`, in the transaction SQLAlchemy began and will commit or
-roll back. Driver errors are re-raised as SQLAlchemy's (``IntegrityError``,
-``OperationalError`` ...) with the parameters hidden, so callers and the app's database error
-handler see what they saw before. Other dialects (SQLite) run the statement through
-SQLAlchemy as usual.
+Profiling one contribution (``tests/benchmarks/profile_ingest.py --cprofile``) showed
+SQLAlchemy's per-execute work (execution context, result metadata, row processing) at several
+times the CPU of the driver's own execute for these small statements, on PostgreSQL and on
+SQLite alike (where it was most of the time the writer held the database's one write lock).
+The hot statements are defined once in SQLAlchemy (Core or ``text``), compiled once per
+dialect (and, for an INSERT, per set of columns) here, and run on the psycopg or sqlite3
+connection beneath the session's :class:`~sqlalchemy.engine.Connection`, in the transaction
+SQLAlchemy began and will commit or roll back. Driver errors are re-raised as SQLAlchemy's
+(``IntegrityError``, ``OperationalError`` ...) with the parameters hidden, so callers and the
+app's database error handler see what they saw before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Executable
+from sqlalchemy import Connection, Executable, Insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
-_compiled: dict[tuple[int, str], str] = {}
+_compiled: dict[tuple[Any, ...], _Compiled] = {}
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    positions: tuple[str, ...] | None  # bind names in order, for a positional driver
+    processors: dict[str, Callable[[Any], Any]]
+    literals: dict[str, Any]  # the statement's own values (the 1 of ``version + 1``)
+
+    def params(self, values: dict[str, Any]) -> dict[str, Any] | tuple[Any, ...]:
+        if self.literals:
+            values = {**self.literals, **values}
+        if self.processors:
+            values = {k: self.processors[k](v) if k in self.processors else v
+                      for k, v in values.items()}
+        return values if self.positions is None else tuple(values[k] for k in self.positions)
+
+
+def _compile(conn: Connection, statement: ClauseElement, keys: Iterable[str] = ()) -> _Compiled:
+    key = (id(statement), conn.dialect.name, *sorted(keys))
+    found = _compiled.get(key)
+    if found is None:
+        compiled = statement.compile(dialect=conn.dialect, column_keys=sorted(keys) or None)
+        assert isinstance(compiled, SQLCompiler)
+        positions = tuple(compiled.positiontup) if compiled.positiontup else None
+        processors: dict[str, Callable[[Any], Any]] = {}
+        for name, processor in compiled._bind_processors.items():
+            assert callable(processor), "no tuple-valued binds in these statements"
+            processors[name] = processor
+        literals = {k: b.effective_value for k, b in compiled.binds.items() if not b.required}
+        found = _compiled[key] = _Compiled(str(compiled), positions, processors, literals)
+    return found
 
 
 def _sql(conn: Connection, statement: ClauseElement) -> str:
-    key = (id(statement), conn.dialect.name)
-    sql = _compiled.get(key)
-    if sql is None:
-        sql = _compiled[key] = str(statement.compile(dialect=conn.dialect))
-    return sql
+    return _compile(conn, statement).sql
 
 
 def fetch(conn: Connection, statement: Executable, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -36,21 +67,25 @@ def fetch(conn: Connection, statement: Executable, params: dict[str, Any]) -> li
 
     Only for statements whose result columns need no SQLAlchemy type processing (integers,
     strings, booleans), and with every parameter given (no Python-side column defaults are
-    applied): rows come back exactly as the driver returns them.
+    applied; an INSERT names exactly the columns in ``params``): rows come back exactly as
+    the driver returns them. Bound values go through their types' bind processors (on
+    SQLite, a datetime becomes SQLAlchemy's text form).
     """
-    if conn.dialect.name != "postgresql":
-        return [tuple(row) for row in conn.execute(statement, params)]
     assert isinstance(statement, ClauseElement)
-    sql = _sql(conn, statement)
+    compiled = _compile(conn, statement, params if isinstance(statement, Insert) else ())
     driver = conn.connection.driver_connection
     assert driver is not None
+    bound = compiled.params(params)
     try:
-        with driver.cursor() as cursor:
-            cursor.execute(sql, params)
+        cursor = driver.cursor()
+        try:
+            cursor.execute(compiled.sql, bound)
             return list(cursor.fetchall()) if cursor.description is not None else []
+        finally:
+            cursor.close()
     except conn.dialect.dbapi.Error as exc:  # type: ignore[union-attr]
         raise DBAPIError.instance(
-            sql, params, exc, conn.dialect.dbapi.Error,  # type: ignore[union-attr]
+            compiled.sql, bound, exc, conn.dialect.dbapi.Error,  # type: ignore[union-attr]
             hide_parameters=True, dialect=conn.dialect,
         ) from exc
 
