@@ -8,6 +8,8 @@ For each database, table count m and number N of contributions already merged, i
 contributions/s and model GETs/s of the coordinator and of the bare server (same request
 bytes; the bare GET serves a body of the coordinator model's size), their ratio, and the
 server CPU per request of both (so a loaded machine or the client cannot fake the ratio).
+The posts alternate ``--rounds`` times between the two servers and each figure is the
+median over the rounds (single short phases moved the ratio by 2x from one run to the next).
 The load client is a raw keep-alive HTTP/1.1 client on asyncio streams with prebuilt request
 bytes, not httpx, spread over ``--client-processes`` forked processes (2) so that one client
 event loop cannot cap the bare server's rate; its CPU per request is printed, and a dropped
@@ -30,6 +32,7 @@ import multiprocessing
 import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -269,15 +272,21 @@ def setup_study(coord: Coordinator, study: str, tables: int, sample: int, client
 
 
 def measure(coord: Coordinator, bare: tuple[int, int], study: str, signed: dict,
-            tokens: list[str], posts: int, gets: int) -> dict:
-    """One phase: ``posts`` contributions then ``gets`` model reads, coordinator and bare."""
-    bodies = release_bytes(signed, posts)
+            tokens: list[str], posts: int, gets: int, rounds: int) -> dict:
+    """One case: ``rounds`` alternations of ``posts`` contributions to the coordinator and
+    to the bare server (the first of the pair alternates), then ``gets`` model reads of
+    each. Each figure is the median over the rounds, so one slow moment of this shared
+    machine moves one round, not the result."""
     path = f"/v1/studies/{study}/contributions"
-    out = {"body_kb": len(bodies[0]) / 1024}
-    for name, port, pgid in (("coord", coord.port, coord.proc.pid), ("bare", *bare)):
-        conns = [[http_request("POST", path, port, tok, b) for b in bodies[i::len(tokens)]]
-                 for i, tok in enumerate(tokens)]
-        out[f"{name}_post"] = hammer(port, pgid, conns)
+    servers = [("coord", coord.port, coord.proc.pid), ("bare", *bare)]
+    runs: dict[str, list[dict]] = {"coord_post": [], "bare_post": []}
+    for i in range(rounds):
+        bodies = release_bytes(signed, posts)
+        for name, port, pgid in servers[::-1] if i % 2 else servers:
+            conns = [[http_request("POST", path, port, tok, b) for b in bodies[j::len(tokens)]]
+                     for j, tok in enumerate(tokens)]
+            runs[f"{name}_post"].append(hammer(port, pgid, conns))
+    out = {"body_kb": len(bodies[0]) / 1024, **{k: median_run(v) for k, v in runs.items()}}
     with coord.admin() as c:
         start = time.perf_counter()
         model = c.get(f"/v1/studies/{study}/model").content
@@ -285,10 +294,20 @@ def measure(coord: Coordinator, bare: tuple[int, int], study: str, signed: dict,
     (MODEL_DIR / f"{study}.json").write_bytes(model)
     out["model_kb"] = len(model) / 1024
     mpath = f"/v1/studies/{study}/model"
-    for name, port, pgid in (("coord", coord.port, coord.proc.pid), ("bare", *bare)):
+    for name, port, pgid in servers:
         conns = [[http_request("GET", mpath, port, tok)] * (gets // len(tokens)) for tok in tokens]
         out[f"{name}_get"] = hammer(port, pgid, conns)
     return out
+
+
+def median_run(runs: list[dict]) -> dict:
+    """Median rate, server and client CPU over rounds; statuses summed."""
+    statuses: dict[int, int] = {}
+    for run in runs:
+        for status, count in run["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + count
+    return {"statuses": statuses, **{k: statistics.median(run[k] for run in runs)
+                                     for k in ("rate", "server_ms", "client_ms")}}
 
 
 HEADER = ("| db | m (cells) | merged before | body KB | coordinator c/s | bare c/s | ratio | "
@@ -318,7 +337,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8, help="keep-alive connections")
     parser.add_argument("--client-processes", type=int, default=CLIENT_PROCESSES,
                         help="client processes the connections are spread over")
-    parser.add_argument("--posts", type=int, default=320, help="contributions per phase (m=100)")
+    parser.add_argument("--posts", type=int, default=1500,
+                        help="contributions per round and server (m=100; fewer for larger m)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="coordinator / bare alternations per case (medians reported)")
     parser.add_argument("--gets", type=int, default=400)
     args = parser.parse_args()
     CLIENT_PROCESSES = args.client_processes
@@ -364,7 +386,7 @@ def run_db(coord: Coordinator, db: str, cases: list, bare: tuple[int, int], args
             prepopulate(coord, study, merged - 1, cells)
         scale = max(1, cells // 10_000)
         posts, gets = (max(args.clients, n // scale) for n in (args.posts, args.gets))
-        r = measure(coord, bare, study, signed, tokens, posts, gets)
+        r = measure(coord, bare, study, signed, tokens, posts, gets, args.rounds)
         print(row(db, f"{m} ({cells})", merged, r), flush=True)
 
 
