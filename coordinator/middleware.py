@@ -128,14 +128,26 @@ class TimeoutMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        loop = asyncio.get_running_loop()
         state = _Exchange()
-        body_in = asyncio.Event()
+        ended: asyncio.Future[None] = loop.create_future()  # handler done, or the deadline
+        deadline: list[asyncio.TimerHandle] = []
+
+        def end(_: object = None) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        def body_is_in() -> None:
+            if not deadline:
+                deadline.append(loop.call_later(self.request_timeout_s, end))
+
         if not _expects_body(scope):
-            body_in.set()
+            body_is_in()
 
         async def timed_receive() -> Message:
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+                async with asyncio.timeout(self.body_timeout_s):
+                    message = await receive()
             except TimeoutError:
                 state.stalled = True
                 if not state.started:
@@ -145,7 +157,7 @@ class TimeoutMiddleware:
                     await reply(send, 408, detail, {"connection": "close"})
                 return {"type": "http.disconnect"}
             if message["type"] != "http.request" or not message.get("more_body", False):
-                body_in.set()
+                body_is_in()
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -157,11 +169,8 @@ class TimeoutMiddleware:
 
         try:
             task = asyncio.ensure_future(self.app(scope, timed_receive, guarded_send))
-            body_wait = asyncio.ensure_future(body_in.wait())
-            await asyncio.wait({task, body_wait}, return_when=asyncio.FIRST_COMPLETED)
-            body_wait.cancel()
-            if not task.done():
-                await asyncio.wait({task}, timeout=self.request_timeout_s)
+            task.add_done_callback(end)
+            await ended
             if task.done() or state.started:
                 await task
                 return
@@ -170,6 +179,8 @@ class TimeoutMiddleware:
             detail = "the request did not finish in time (it may still complete); retry later"
             await reply(send, 503, detail, {"retry-after": self.retry_after, "connection": "close"})
         finally:
+            for timer in deadline:
+                timer.cancel()
             if state.stalled:  # the dropped body sits in reference cycles: free it
                 self.reclaimer.request()
 
