@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -86,16 +86,8 @@ def make_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
-        if conn.get_execution_options().get(READ_ONLY):
-            conn.exec_driver_sql("BEGIN")  # WAL: a read snapshot, no lock (only reads here)
-            return
-        dbapi = conn.connection.dbapi_connection
-        dbapi.take_writer_lock()
-        try:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        except BaseException:
-            dbapi.drop_writer_lock()
-            raise
+        conn.connection.dbapi_connection.begin(write=not conn.get_execution_options().get(
+            READ_ONLY))
 
     return engine
 
@@ -110,11 +102,13 @@ only reads; other databases ignore it."""
 def sqlite_writer_lock(url: str, timeout_s: float) -> type[sqlite3.Connection]:
     """A ``sqlite3.Connection`` class whose transactions hold ``<database>-writer.lock``.
 
-    ``take_writer_lock`` (called before ``BEGIN IMMEDIATE``) polls a non-blocking ``flock``
-    with pauses growing from 50 us to 1 ms, for at most ``timeout_s`` (the busy timeout;
-    then it raises "database is locked", as SQLite would); ``commit``, ``rollback`` and
-    ``close`` release it. The kernel drops the lock of a process that dies. In-memory and
-    URI databases (one process) take no lock.
+    ``begin`` (the engine's ``begin`` event; straight on the driver, errors raised as
+    SQLAlchemy's) takes the lock and runs ``BEGIN IMMEDIATE``, or for a read-only transaction
+    a deferred ``BEGIN`` (in WAL mode a snapshot that takes no lock). The lock is a
+    non-blocking ``flock`` polled with pauses growing from 50 us to 1 ms, for at most
+    ``timeout_s`` (the busy timeout; then it raises "database is locked", as SQLite would);
+    ``commit``, ``rollback`` and ``close`` release it. The kernel drops the lock of a process
+    that dies. In-memory and URI databases (one process) take no lock.
     """
     database = make_url(url).database
     private = not database or database == ":memory:" or database.startswith("file:")
@@ -141,6 +135,16 @@ def sqlite_writer_lock(url: str, timeout_s: float) -> type[sqlite3.Connection]:
                         ) from None
                     time.sleep(pause)
                     pause = min(2 * pause, 1e-3)
+
+        def begin(self, write: bool) -> None:
+            if write:
+                self.take_writer_lock()
+            try:
+                self.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.Error as exc:
+                self.drop_writer_lock()
+                raise DBAPIError.instance("BEGIN", None, exc, sqlite3.Error,
+                                          hide_parameters=True) from exc
 
         def drop_writer_lock(self) -> None:
             if self._fd is not None:
