@@ -239,10 +239,11 @@ def decode_counts(
         problem = keys_problem(indices, enc.n_cells)
         if problem:
             raise PayloadInvalid(f"sparse {problem}")
-    values = np.frombuffer(body, dtype=dtype, offset=offset).astype(np.int64)
-    if values.size and (int(values.min()) < -max_abs or int(values.max()) > max_abs):
+    values = np.frombuffer(body, dtype=dtype, offset=offset)
+    wide = max_abs < 2 ** (8 * dtype.itemsize - 1)  # else every value of the type is in range
+    if wide and values.size and (int(values.min()) < -max_abs or int(values.max()) > max_abs):
         raise PayloadInvalid(f"counts outside the allowed range [-{max_abs}, {max_abs}]")
-    return indices, values
+    return indices, values.astype(np.int64)
 
 
 def encode_release(release: Release) -> EncodedCounts:

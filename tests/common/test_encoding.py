@@ -164,6 +164,10 @@ def test_range_checked() -> None:
     with pytest.raises(PayloadInvalid, match="outside the allowed range"):
         decode_counts(enc, expected_cells=2)
     assert decode_counts(enc, expected_cells=2, max_abs=2**41)[1][1] == 2**41
+    small = encode_counts(np.array([0, -11]), n_cells=2)  # <i4: checked when max_abs < 2**31
+    assert small.dtype == "<i4"
+    with pytest.raises(PayloadInvalid, match="outside the allowed range"):
+        decode_counts(small, expected_cells=2, max_abs=10)
 
 
 @pytest.mark.parametrize(
