@@ -47,15 +47,16 @@ def contribution_public(
 @router.post(
     "/{study_id}/contributions",
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"description": "replay of an earlier request with the same key"}},
+    response_model=ContributionPublic,
+    responses={200: {"description": "replay of an earlier request with the same key",
+                     "model": ContributionPublic}},
 )
 async def create_contribution(
     study_id: str,
     body: ContributionCreate,
     request: Request,
     creds: Credentials,
-    response: Response,
-) -> ContributionPublic:
+) -> Response:
     """Validate, store and charge one release (201; 200 for a replayed key).
 
     For members of the study. A later release of the same participant for the same study
@@ -80,14 +81,16 @@ async def create_contribution(
     step = await writer_of(request.app.state).run(wanted, read, settle)
     caller = named[0]
     if step.replay:
-        response.status_code = status.HTTP_200_OK
         CONTRIBUTIONS.labels("replayed").inc()
     else:
         CONTRIBUTIONS.labels("accepted").inc()
         EPSILON_CHARGED.inc(step.contribution.eps_units)
         log.info("contribution stored", extra={
             "study": study_id, "participant": caller.name, "id": step.contribution.id})
-    return contribution_public(step.contribution, caller.name)
+    # serialised here, once (FastAPI would validate the model again, then encode it)
+    return Response(contribution_public(step.contribution, caller.name).model_dump_json(),
+                    status_code=status.HTTP_200_OK if step.replay else status.HTTP_201_CREATED,
+                    media_type="application/json")
 
 
 def counted(session: Session, caller: IngestCaller, body: ContributionCreate,
