@@ -156,9 +156,12 @@ class GroupWriter:
                 for job in batch:
                     if not isinstance(job.step, Outcome | BaseException):
                         job.step = exc
+            loops: dict[asyncio.AbstractEventLoop, list[Job]] = {}
             for job in batch:
-                with contextlib.suppress(RuntimeError):  # that request's loop is closed
-                    job.loop.call_soon_threadsafe(_answer, job.future, job.step)
+                loops.setdefault(job.loop, []).append(job)
+            for loop, jobs in loops.items():  # one wake-up of each loop for its answers
+                with contextlib.suppress(RuntimeError):  # that loop is closed
+                    loop.call_soon_threadsafe(_answer_all, jobs)
 
 
 def run_batch(session: Session, batch: list[Job]) -> None:
@@ -193,6 +196,11 @@ def _attempt(session: Session, work: Callable[[], T]) -> T | BaseException:
             if not (again and isinstance(exc, DBAPIError) and exc.connection_invalidated):
                 return exc
     raise AssertionError("unreachable")
+
+
+def _answer_all(jobs: list[Job]) -> None:
+    for job in jobs:
+        _answer(job.future, job.step)
 
 
 def _answer(future: asyncio.Future[Outcome], step: object) -> None:
