@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import socket
 import sys
 from typing import Any
@@ -121,8 +122,35 @@ class NoDelayConfig(uvicorn.Config):
         return sock
 
 
+_ACCEPT_PARAMS = list(inspect.signature(
+    asyncio.selector_events.BaseSelectorEventLoop._accept_connection  # type: ignore[attr-defined]
+).parameters)
+
+
+class TakeTurnsLoop(asyncio.SelectorEventLoop):
+    """An event loop that accepts one pending connection per wake-up of a listening socket.
+
+    uvicorn's workers share one listening socket, and asyncio accepts every pending connection
+    (up to the backlog) in one go: whichever worker woke first took a whole burst, so 8
+    keep-alive connections opened together often landed 8 / 0 or 6 / 2, and one worker's
+    core capped the server while the other idled (``tests/benchmarks/bench_coordinator.py``
+    shows each worker's share). Every worker is woken for a pending connection; taking one per
+    wake-up lets them take turns. The listen backlog is unchanged.
+    """
+
+    if _ACCEPT_PARAMS[:6] == ["self", "protocol_factory", "sock", "sslcontext", "server",
+                              "backlog"]:  # else (another asyncio) a plain loop
+
+        def _accept_connection(self, protocol_factory: Any, sock: Any, sslcontext: Any = None,
+                               server: Any = None, backlog: int = 100, *args: Any) -> None:
+            super()._accept_connection(  # type: ignore[misc]
+                protocol_factory, sock, sslcontext, server, 1, *args)
+
+
 def run(app: str, **kwargs: Any) -> None:
-    """``uvicorn.run(app, **kwargs)`` with :class:`NoDelayConfig` (``app`` an import string)."""
+    """``uvicorn.run(app, **kwargs)`` with :class:`NoDelayConfig` (``app`` an import string)
+    and, unless another ``loop`` is given, :class:`TakeTurnsLoop`."""
+    kwargs.setdefault("loop", "coordinator.server:TakeTurnsLoop")
     config = NoDelayConfig(app, **kwargs)
     server = uvicorn.Server(config=config)
     if config.workers > 1:
