@@ -1,7 +1,7 @@
 """Coordinator ingest next to a bare FastAPI endpoint taking the same body, in the same run.
 
 Run: ``.venv/bin/python tests/benchmarks/bench_coordinator.py [--db sqlite postgres]
-[--tables 100 1000] [--merged 1 100 10000] [--large]``. PostgreSQL comes from
+[--tables 100 1000] [--merged 1 100 10000] [--workers 1 2] [--large]``. PostgreSQL comes from
 FEDOD_TEST_POSTGRES_URL or the default test database (a private schema, dropped after).
 
 For each database, table count m and number N of contributions already merged, it prints
@@ -10,6 +10,16 @@ bytes; the bare GET serves a body of the coordinator model's size), their ratio,
 server CPU per request of both (so a loaded machine or the client cannot fake the ratio).
 The posts alternate ``--rounds`` times between the two servers and each figure is the
 median over the rounds (single short phases moved the ratio by 2x from one run to the next).
+Each ``--workers`` value is a run of both servers with that many uvicorn workers. With 2, the
+column "busiest worker's CPU share" says how evenly the connections fell: uvicorn's workers
+share one listening socket and asyncio accepts every pending connection at once, so 8
+keep-alive connections often land 8 / 0 or 6 / 2 (share near 1.0), and then one worker's core
+caps the server, bare or coordinator alike; 1 worker compares the two servers without that
+luck. Each ``--clients`` value is a measurement with that many keep-alive connections
+(participants): with 8 the bare server is CPU-bound, while the coordinator still waits for
+its commits (each batch is answered after its fsync), so 32 is where both are saturated.
+The connection counts of a case share its study, so "merged before" is the state before the
+first of them.
 The load client is a raw keep-alive HTTP/1.1 client on asyncio streams with prebuilt request
 bytes, not httpx, spread over ``--client-processes`` forked processes (2) so that one client
 event loop cannot cap the bare server's rate; its CPU per request is printed, and a dropped
@@ -90,17 +100,17 @@ def wait_ready(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError("server not ready")
 
 
-def group_cpu(pgid: int) -> float:
-    """User + system CPU seconds of every live process in a process group."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0
+def group_cpu(pgid: int) -> dict[int, float]:
+    """User + system CPU seconds of each live process in a process group."""
+    tick, cpu = os.sysconf("SC_CLK_TCK"), {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+            cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+    return cpu
 
 
 def http_request(method: str, path: str, port: int, token: str, body: bytes = b"") -> bytes:
@@ -165,21 +175,25 @@ def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
     cpu0 = group_cpu(pgid)
     with multiprocessing.get_context("fork").Pool(procs) as pool:
         parts = pool.starmap(_client, [(port, share) for share in shares])
-    server_cpu = group_cpu(pgid) - cpu0
+    used = {pid: t - cpu0.get(pid, 0.0) for pid, t in group_cpu(pgid).items()}
+    server_cpu = sum(used.values())
     statuses: dict[int, int] = {}
     for part in parts:
         for status, count in part["statuses"].items():
             statuses[status] = statuses.get(status, 0) + count
     elapsed = max(p["end"] for p in parts) - min(p["start"] for p in parts)
     return {"rate": n / elapsed, "statuses": statuses, "server_ms": 1000 * server_cpu / n,
-            "client_ms": 1000 * sum(p["cpu"] for p in parts) / n}
+            "client_ms": 1000 * sum(p["cpu"] for p in parts) / n,
+            "busiest": max(used.values()) / server_cpu if server_cpu else 1.0}
 
 
 class Coordinator:
-    """A real ``fedod-coordinator serve`` (2 workers) on a fresh SQLite file or PG schema."""
+    """A real ``fedod-coordinator serve`` (``workers`` workers) on a fresh SQLite file or PG
+    schema."""
 
     def __init__(self, db: str, workers: int, tmp: Path) -> None:
         self.token, self.schema, self.base_pg = secrets.token_urlsafe(32), None, None
+        tmp.mkdir(parents=True, exist_ok=True)
         if db == "sqlite":
             self.url = f"sqlite:///{tmp / 'coordinator.db'}"
         else:
@@ -307,20 +321,24 @@ def median_run(runs: list[dict]) -> dict:
         for status, count in run["statuses"].items():
             statuses[status] = statuses.get(status, 0) + count
     return {"statuses": statuses, **{k: statistics.median(run[k] for run in runs)
-                                     for k in ("rate", "server_ms", "client_ms")}}
+                                     for k in ("rate", "server_ms", "client_ms", "busiest")}}
 
 
-HEADER = ("| db | m (cells) | merged before | body KB | coordinator c/s | bare c/s | ratio | "
-          "server CPU ms/req coord / bare | client CPU ms/req | first GET (fold) ms | "
-          "model KB | GETs/s coord / bare | GET ratio |")
+HEADER = ("| db | workers | connections | m (cells) | merged before | body KB | "
+          "coordinator c/s | bare c/s | "
+          "ratio | server CPU ms/req coord / bare | busiest worker's CPU share coord / bare | "
+          "client CPU ms/req | first GET (fold) ms | model KB | GETs/s coord / bare | "
+          "GET ratio |")
 
 
-def row(db: str, label: str, merged: int, r: dict) -> str:
+def row(db: str, workers: int, clients: int, label: str, merged: int, r: dict) -> str:
     cp, bp, cg, bg = r["coord_post"], r["bare_post"], r["coord_get"], r["bare_get"]
     bad = {k: v for x in (cp, bp, cg, bg) for k, v in x["statuses"].items() if k >= 300}
-    return (f"| {db} | {label} | {merged} | {r['body_kb']:.0f} | {cp['rate']:.1f} | "
+    return (f"| {db} | {workers} | {clients} | {label} | {merged} | {r['body_kb']:.0f} | "
+            f"{cp['rate']:.1f} | "
             f"{bp['rate']:.1f} | **{cp['rate'] / bp['rate']:.2f}** | "
-            f"{cp['server_ms']:.2f} / {bp['server_ms']:.2f} | {cp['client_ms']:.2f} | "
+            f"{cp['server_ms']:.2f} / {bp['server_ms']:.2f} | "
+            f"{cp['busiest']:.2f} / {bp['busiest']:.2f} | {cp['client_ms']:.2f} | "
             f"{r['fold_ms']:.0f} | {r['model_kb']:.0f} | {cg['rate']:.0f} / {bg['rate']:.0f} | "
             f"{cg['rate'] / bg['rate']:.2f} |" + (f" non-2xx: {bad}" if bad else ""))
 
@@ -333,8 +351,11 @@ def main() -> None:
     parser.add_argument("--tables", nargs="+", type=int, default=[100, 1000])
     parser.add_argument("--merged", nargs="+", type=int, default=[1, 100, 10000])
     parser.add_argument("--large", action="store_true", help="add m=100 x 65,536-record tables")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--clients", type=int, default=8, help="keep-alive connections")
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2],
+                        help="uvicorn workers of both servers (each value is a run)")
+    parser.add_argument("--clients", nargs="+", type=int, default=[8, 32],
+                        help="keep-alive connections, one participant each (each value is a "
+                        "measurement)")
     parser.add_argument("--client-processes", type=int, default=CLIENT_PROCESSES,
                         help="client processes the connections are spread over")
     parser.add_argument("--posts", type=int, default=1500,
@@ -346,23 +367,29 @@ def main() -> None:
     CLIENT_PROCESSES = args.client_processes
     tmp = Path(tempfile.mkdtemp())
     os.environ["BENCH_MODEL_DIR"] = str(MODEL_DIR)
-    bport = free_port()
-    launch = (f"from coordinator import server; server.run('bench_coordinator:bare_app', "
-              f"port={bport}, workers={args.workers}, log_level='warning', access_log=False)")
-    bare = subprocess.Popen([sys.executable, "-c", launch], start_new_session=True,
-                            cwd=Path(__file__).parent,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     cases = [(m, 256, merged) for m in args.tables for merged in args.merged]
     if args.large:
         cases.append((100, 65536, 1))
     print(HEADER)
     print("|" + "---|" * (HEADER.count("|") - 1))
+    for workers in args.workers:
+        run_workers(workers, cases, tmp / f"w{workers}", args)
+
+
+def run_workers(workers: int, cases: list, tmp: Path, args) -> None:
+    """Both servers with ``workers`` uvicorn workers; every database and case."""
+    bport = free_port()
+    launch = (f"from coordinator import server; server.run('bench_coordinator:bare_app', "
+              f"port={bport}, workers={workers}, log_level='warning', access_log=False)")
+    bare = subprocess.Popen([sys.executable, "-c", launch], start_new_session=True,
+                            cwd=Path(__file__).parent,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     try:
         wait_ready(f"http://127.0.0.1:{bport}/docs", bare)
         for db in args.db:
-            coord = Coordinator(db, args.workers, tmp / db)
+            coord = Coordinator(db, workers, tmp / db)
             try:
-                run_db(coord, db, cases, (bport, bare.pid), args)
+                run_db(coord, db, workers, cases, (bport, bare.pid), args)
             finally:
                 coord.close()
     finally:
@@ -370,11 +397,12 @@ def main() -> None:
         bare.wait()
 
 
-def run_db(coord: Coordinator, db: str, cases: list, bare: tuple[int, int], args) -> None:
+def run_db(coord: Coordinator, db: str, workers: int, cases: list, bare: tuple[int, int],
+           args) -> None:
     """One study per case: ``merged`` contributions already merged, then measure."""
     for m, sample, merged in cases:
         study = f"m{m}s{sample}n{merged}"
-        signed, tokens = setup_study(coord, study, m, sample, args.clients)
+        signed, tokens = setup_study(coord, study, m, sample, max(args.clients))
         with coord.admin() as c:  # one real merged contribution, read (folded)
             body = json.loads(release_bytes(signed, 1)[0])
             r = c.post(f"/v1/studies/{study}/contributions", json=body,
@@ -385,9 +413,10 @@ def run_db(coord: Coordinator, db: str, cases: list, bare: tuple[int, int], args
         if merged > 1:
             prepopulate(coord, study, merged - 1, cells)
         scale = max(1, cells // 10_000)
-        posts, gets = (max(args.clients, n // scale) for n in (args.posts, args.gets))
-        r = measure(coord, bare, study, signed, tokens, posts, gets, args.rounds)
-        print(row(db, f"{m} ({cells})", merged, r), flush=True)
+        for clients in args.clients:
+            posts, gets = (max(clients, n // scale) for n in (args.posts, args.gets))
+            r = measure(coord, bare, study, signed, tokens[:clients], posts, gets, args.rounds)
+            print(row(db, workers, clients, f"{m} ({cells})", merged, r), flush=True)
 
 
 if __name__ == "__main__":
