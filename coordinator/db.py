@@ -1,12 +1,11 @@
 """Database engine and sessions.
 
 SQLite (the zero-set-up default) runs every transaction as ``BEGIN IMMEDIATE``: one writer at a
-time across all worker processes, the others wait up to the busy timeout. Before its BEGIN a
-connection takes an exclusive ``flock`` on ``<database>-writer.lock``
-(:func:`sqlite_writer_lock`): SQLite's own busy handler sleeps 1, 2, 5, 10 ... ms between
-retries, so a worker waiting for another's short transaction slept longer than that
-transaction took; the file lock hands over within a fraction of a millisecond. PostgreSQL runs at
-READ COMMITTED and the contribution path takes row locks (``SELECT ... FOR UPDATE``).
+time across all worker processes, the others wait up to the busy timeout, in the order of
+``coordinator.sqlite_lock`` (a writer lock taken before ``BEGIN IMMEDIATE``; SQLite's own
+busy handler sleeps milliseconds between retries). A read-only transaction (:data:`READ`)
+begins deferred and takes no lock. PostgreSQL runs at READ COMMITTED and the contribution
+path takes row locks (``SELECT ... FOR UPDATE``).
 
 Every engine hides SQL parameters in its errors (they include credential hashes). A PostgreSQL
 pool is bounded (``FEDOD_DB_POOL_SIZE`` + ``FEDOD_DB_MAX_OVERFLOW`` per worker) and waits at most
@@ -16,10 +15,8 @@ whose pools together exceed what the server allows.
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +24,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
+
+from coordinator.sqlite_lock import sqlite_writer_lock
 
 
 @dataclass(frozen=True)
@@ -97,80 +96,6 @@ READ = {READ_ONLY: True}
 """``session.connection(execution_options=READ)``: on SQLite a deferred ``BEGIN`` (a read
 snapshot that takes neither the writer lock nor SQLite's write lock), for a transaction that
 only reads; other databases ignore it."""
-
-
-def sqlite_writer_lock(url: str, timeout_s: float) -> type[sqlite3.Connection]:
-    """A ``sqlite3.Connection`` class whose transactions hold ``<database>-writer.lock``.
-
-    ``begin`` (the engine's ``begin`` event; straight on the driver, errors raised as
-    SQLAlchemy's) takes the lock and runs ``BEGIN IMMEDIATE``, or for a read-only transaction
-    a deferred ``BEGIN`` (in WAL mode a snapshot that takes no lock). The lock is a
-    non-blocking ``flock`` polled with pauses growing from 50 us to 1 ms, for at most
-    ``timeout_s`` (the busy timeout; then it raises "database is locked", as SQLite would);
-    ``commit``, ``rollback`` and ``close`` release it. The kernel drops the lock of a process
-    that dies. In-memory and URI databases (one process) take no lock.
-    """
-    database = make_url(url).database
-    private = not database or database == ":memory:" or database.startswith("file:")
-    path = None if private else f"{database}-writer.lock"
-
-    class WriterLocked(sqlite3.Connection):
-        _fd: int | None = None
-
-        def take_writer_lock(self) -> None:
-            if path is None:
-                return
-            if self._fd is None:
-                self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            deadline, pause = time.monotonic() + timeout_s, 5e-5
-            while True:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise OperationalError(
-                            "BEGIN IMMEDIATE", None,
-                            sqlite3.OperationalError("database is locked (writer lock)"),
-                        ) from None
-                    time.sleep(pause)
-                    pause = min(2 * pause, 1e-3)
-
-        def begin(self, write: bool) -> None:
-            if write:
-                self.take_writer_lock()
-            try:
-                self.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            except sqlite3.Error as exc:
-                self.drop_writer_lock()
-                raise DBAPIError.instance("BEGIN", None, exc, sqlite3.Error,
-                                          hide_parameters=True) from exc
-
-        def drop_writer_lock(self) -> None:
-            if self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-        def commit(self) -> None:
-            try:
-                super().commit()
-            finally:
-                self.drop_writer_lock()
-
-        def rollback(self) -> None:
-            try:
-                super().rollback()
-            finally:
-                self.drop_writer_lock()
-
-        def close(self) -> None:
-            try:
-                super().close()
-            finally:
-                if self._fd is not None:
-                    os.close(self._fd)
-                    self._fd = None
-
-    return WriterLocked
 
 
 IDLE_PING_S = 1.0
