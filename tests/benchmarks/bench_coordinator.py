@@ -7,7 +7,9 @@ FEDOD_TEST_POSTGRES_URL or the default test database (a private schema, dropped 
 For each database, table count m and number N of contributions already merged, it prints
 contributions/s and model GETs/s of the coordinator and of the bare server (same request
 bytes; the bare GET serves a body of the coordinator model's size), their ratio, and the
-server CPU per request of both (so a loaded machine or the client cannot fake the ratio).
+server CPU per request of both (so a loaded machine or the client cannot fake the ratio),
+and the CPU the PostgreSQL server's processes used meanwhile (on this machine they share the
+cores with both servers; with SQLite the column shows PostgreSQL idling).
 The posts alternate ``--rounds`` times between the two servers and each figure is the
 median over the rounds (single short phases moved the ratio by 2x from one run to the next).
 Each ``--workers`` value is a run of both servers with that many uvicorn workers. With 2, the
@@ -101,14 +103,16 @@ def wait_ready(url: str, proc: subprocess.Popen) -> None:
 
 
 def group_cpu(pgid: int) -> dict[int, float]:
-    """User + system CPU seconds of each live process in a process group."""
+    """User + system CPU seconds of each live process in a process group (-1: of every
+    PostgreSQL server process on this machine)."""
     tick, cpu = os.sysconf("SC_CLK_TCK"), {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            name, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
         except OSError:
             continue
-        if int(fields[2]) == pgid:
+        fields = rest.split()
+        if int(fields[2]) == pgid or (pgid == -1 and name.endswith("(postgres")):
             cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
     return cpu
 
@@ -172,9 +176,10 @@ def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
     n = sum(map(len, per_connection))
     procs = min(CLIENT_PROCESSES, len(per_connection))
     shares = [per_connection[i::procs] for i in range(procs)]
-    cpu0 = group_cpu(pgid)
+    cpu0, db0 = group_cpu(pgid), sum(group_cpu(-1).values())
     with multiprocessing.get_context("fork").Pool(procs) as pool:
         parts = pool.starmap(_client, [(port, share) for share in shares])
+    db_cpu = sum(group_cpu(-1).values()) - db0
     used = {pid: t - cpu0.get(pid, 0.0) for pid, t in group_cpu(pgid).items()}
     server_cpu = sum(used.values())
     statuses: dict[int, int] = {}
@@ -184,7 +189,8 @@ def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
     elapsed = max(p["end"] for p in parts) - min(p["start"] for p in parts)
     return {"rate": n / elapsed, "statuses": statuses, "server_ms": 1000 * server_cpu / n,
             "client_ms": 1000 * sum(p["cpu"] for p in parts) / n,
-            "busiest": max(used.values()) / server_cpu if server_cpu else 1.0}
+            "busiest": max(used.values()) / server_cpu if server_cpu else 1.0,
+            "db_ms": 1000 * db_cpu / n}
 
 
 class Coordinator:
@@ -321,12 +327,14 @@ def median_run(runs: list[dict]) -> dict:
         for status, count in run["statuses"].items():
             statuses[status] = statuses.get(status, 0) + count
     return {"statuses": statuses, **{k: statistics.median(run[k] for run in runs)
-                                     for k in ("rate", "server_ms", "client_ms", "busiest")}}
+                                     for k in ("rate", "server_ms", "client_ms", "busiest",
+                                               "db_ms")}}
 
 
 HEADER = ("| db | workers | connections | m (cells) | merged before | body KB | "
           "coordinator c/s | bare c/s | "
-          "ratio | server CPU ms/req coord / bare | busiest worker's CPU share coord / bare | "
+          "ratio | server CPU ms/req coord / bare | PostgreSQL CPU ms/req | "
+          "busiest worker's CPU share coord / bare | "
           "client CPU ms/req | first GET (fold) ms | model KB | GETs/s coord / bare | "
           "GET ratio |")
 
@@ -337,7 +345,7 @@ def row(db: str, workers: int, clients: int, label: str, merged: int, r: dict) -
     return (f"| {db} | {workers} | {clients} | {label} | {merged} | {r['body_kb']:.0f} | "
             f"{cp['rate']:.1f} | "
             f"{bp['rate']:.1f} | **{cp['rate'] / bp['rate']:.2f}** | "
-            f"{cp['server_ms']:.2f} / {bp['server_ms']:.2f} | "
+            f"{cp['server_ms']:.2f} / {bp['server_ms']:.2f} | {cp['db_ms']:.2f} | "
             f"{cp['busiest']:.2f} / {bp['busiest']:.2f} | {cp['client_ms']:.2f} | "
             f"{r['fold_ms']:.0f} | {r['model_kb']:.0f} | {cg['rate']:.0f} / {bg['rate']:.0f} | "
             f"{cg['rate'] / bg['rate']:.2f} |" + (f" non-2xx: {bad}" if bad else ""))
