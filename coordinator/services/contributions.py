@@ -142,9 +142,10 @@ def prepare(
     """Validate a release fully (budget before decoding): a replay's outcome, or what to store.
 
     ``caller`` is the route's one read (``services.ingest_lookup``), done in the session's
-    open transaction; on SQLite that transaction is ended before decoding (it holds the
-    database's write lock), on PostgreSQL it goes on into the write (no lock is held yet, and
-    each statement reads a fresh snapshot at READ COMMITTED). The write is :func:`store_one`,
+    open transaction; on SQLite that transaction is ended before decoding (the group writer
+    reads in a snapshot that holds no lock, ``db.READ``; a transaction opened by a replay's
+    read holds the write lock), on PostgreSQL it goes on into the write (no lock is held yet,
+    and each statement reads a fresh snapshot at READ COMMITTED). The write is :func:`store_one`,
     or one batch of the process's group commit (``services.group_commit``).
     """
     assert caller.study_id is not None

@@ -15,8 +15,8 @@ Exactness under several workers comes from the same locks as one release at a ti
 cannot deadlock: on PostgreSQL every participant row of the batch first, in id order, then
 every study counter row in study order (``charge_pg.store_many``; a single release takes
 participant then study too); SQLite has one writer at a time. Each batch first looks up all
-its callers in one query (``ingest_lookup.lookup_many``) and checks out (and, after idling,
-pings) its connection once.
+its callers in one query (``ingest_lookup.lookup_many``; on SQLite in a read snapshot that
+takes no lock, ``db.READ``) and checks out (and, after idling, pings) its connection once.
 
 An item whose conditional charge matched no row is answered :data:`REFUSED` (nothing of it
 was written; the caller finds out why in its own transaction). Any error in the batch - a
