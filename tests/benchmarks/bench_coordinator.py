@@ -356,7 +356,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"])
-    parser.add_argument("--tables", nargs="+", type=int, default=[100, 1000])
+    parser.add_argument("--tables", nargs="*", type=int, default=[100, 1000],
+                        help="table counts m (none: only --large)")
     parser.add_argument("--merged", nargs="+", type=int, default=[1, 100, 10000])
     parser.add_argument("--large", action="store_true", help="add m=100 x 65,536-record tables")
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2],
