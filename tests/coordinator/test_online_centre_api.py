@@ -7,11 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import ADMIN
-from test_online_gradients import URL
+from test_online_gradients import URL, body, create_study
 
 from common.online import OnlineParams, centre_from_release, federated_step
-from common.online.wire import decode_vector, encode_vector
-from common.signing import SignedConfig
+from common.online.wire import decode_vector
 
 CENTRE = 2
 ONLINE = {"dim": 4, "step_releases": 2, "lam": 0.1, "window_seconds": 60, "window_slots": 10,
@@ -23,34 +22,17 @@ def members(make_participant):
     return [make_participant("h1", "10", "0.001"), make_participant("h2", "10", "0.001")]
 
 
-def study(client, coord_kit, members, online: dict) -> dict:
-    spec = {**coord_kit.study_spec("s1"), "online": online}
-    r = client.post("/v1/studies", json=spec, headers=ADMIN)
-    assert r.status_code == 201, r.text
-    for m in members:
-        client.post("/v1/studies/s1/members", json={"participant": m.name}, headers=ADMIN)
-    return r.json()["config"]
-
-
-def body(signed, online: dict, key: str, noisy_sum, count: int, window: int) -> dict:
-    claim = OnlineParams(**online).epoch_cost()
-    return {"idempotency_key": key * 16, "config_version": 1,
-            "config_digest": SignedConfig.model_validate(signed).digest(),
-            "weights_version": 0, "window": window, "count": count,
-            "noisy_sum": encode_vector(noisy_sum), "epsilon": str(claim.epsilon),
-            "delta": str(claim.delta)}
-
-
 def spent(client) -> dict[str, dict]:
     return {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
 
 
 def test_centring_releases_make_the_centre_and_later_releases_step(client, coord_kit,
                                                                    members):
-    signed = study(client, coord_kit, members, ONLINE)
+    signed = create_study(client, coord_kit, members, ONLINE)
     c1, c2 = np.array([4.0, -2.0, 1.0, 10.0]), np.array([2.0, 6.0, -3.0, 10.0])
     for m, key, c in ((members[0], "a", c1), (members[1], "b", c2)):
-        r = client.post(URL, json=body(signed, ONLINE, key, c, 10, CENTRE), headers=m.headers)
+        r = client.post(URL, json=body(signed, key, c, 10, CENTRE, online=ONLINE),
+                        headers=m.headers)
         assert (r.status_code, r.json()["model_version"]) == (201, 0), r.text
     model = client.get("/v1/studies/s1/online/model", headers=members[0].headers).json()
     assert (model["version"], model["pending"], model["centre_releases"]) == (0, 0, 2)
@@ -58,8 +40,9 @@ def test_centring_releases_make_the_centre_and_later_releases_step(client, coord
     np.testing.assert_allclose(centre, [0.3, 0.2, -0.1, 0.0])  # (c1 + c2) / (10 x 2), no bias
     np.testing.assert_allclose(centre, centre_from_release(c1 + c2, 20))
     g1, g2 = np.array([1.0, 0.0, -1.0, 2.0]), np.array([0.5, 1.0, 0.0, -1.0])
-    client.post(URL, json=body(signed, ONLINE, "c", g1, 3, CENTRE + 1), headers=members[0].headers)
-    r = client.post(URL, json=body(signed, ONLINE, "d", g2, 1, CENTRE + 1),
+    client.post(URL, json=body(signed, "c", g1, 3, CENTRE + 1, online=ONLINE),
+                headers=members[0].headers)
+    r = client.post(URL, json=body(signed, "d", g2, 1, CENTRE + 1, online=ONLINE),
                     headers=members[1].headers)
     assert r.json()["model_version"] == 1  # the two gradient releases, not the centring ones
     model = client.get("/v1/studies/s1/online/model", headers=ADMIN).json()
@@ -74,7 +57,7 @@ def test_centring_releases_make_the_centre_and_later_releases_step(client, coord
 
 
 def test_no_centre_is_served_before_a_centring_release(client, coord_kit, members):
-    study(client, coord_kit, members, ONLINE)
+    create_study(client, coord_kit, members, ONLINE)
     model = client.get("/v1/studies/s1/online/model", headers=ADMIN).json()
     assert (model["centre"], model["centre_releases"]) == (None, 0)
 
@@ -82,14 +65,14 @@ def test_no_centre_is_served_before_a_centring_release(client, coord_kit, member
 def test_a_centring_release_after_the_first_step_is_refused_uncharged(client, coord_kit,
                                                                       members):
     online = {**ONLINE, "step_releases": 1}
-    signed = study(client, coord_kit, members, online)
+    signed = create_study(client, coord_kit, members, online)
     h1, h2 = members[0].headers, members[1].headers
     c1 = np.array([1.0, 2.0, 3.0, 4.0])
-    assert client.post(URL, json=body(signed, online, "a", c1, 10, CENTRE),
+    assert client.post(URL, json=body(signed, "a", c1, 10, CENTRE, online=online),
                        headers=h1).status_code == 201
-    assert client.post(URL, json=body(signed, online, "b", np.ones(4), 2, CENTRE + 1),
+    assert client.post(URL, json=body(signed, "b", np.ones(4), 2, CENTRE + 1, online=online),
                        headers=h1).json()["model_version"] == 1
-    late = body(signed, online, "c", np.full(4, 50.0), 10, CENTRE)
+    late = body(signed, "c", np.full(4, 50.0), 10, CENTRE, online=online)
     r = client.post(URL, json=late, headers=h2)
     assert r.status_code == 409 and "the centre is fixed" in r.json()["detail"], r.text
     budgets = spent(client)
@@ -99,16 +82,17 @@ def test_a_centring_release_after_the_first_step_is_refused_uncharged(client, co
     assert model["centre_releases"] == 1
     np.testing.assert_allclose(decode_vector(model["centre"], 4), centre_from_release(c1, 10))
     # h2 carries on with its next window: the refused release did not take window 2
-    ok = client.post(URL, json=body(signed, online, "d", np.ones(4), 1, CENTRE + 1), headers=h2)
+    ok = client.post(URL, json=body(signed, "d", np.ones(4), 1, CENTRE + 1, online=online),
+                     headers=h2)
     assert ok.status_code == 201, ok.text
 
 
 def test_centring_window_refusals_store_and_charge_nothing(client, coord_kit, members):
-    signed = study(client, coord_kit, members, ONLINE)
+    signed = create_study(client, coord_kit, members, ONLINE)
     h1 = members[0].headers
     for doc, detail in (
-        (body(signed, ONLINE, "e", np.ones(4), 9, CENTRE), "sums all 10 slots"),
-        (body(signed, ONLINE, "e", np.ones(4), 1, CENTRE - 1), "before the centring window"),
+        (body(signed, "e", np.ones(4), 9, CENTRE, online=ONLINE), "sums all 10 slots"),
+        (body(signed, "e", np.ones(4), 1, CENTRE - 1, online=ONLINE), "before the centring window"),
     ):
         r = client.post(URL, json=doc, headers=h1)
         assert r.status_code == 422 and detail in r.json()["detail"], r.text

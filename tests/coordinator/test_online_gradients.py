@@ -21,9 +21,9 @@ def members(make_participant):
     return [make_participant("h1", "10", "0.001"), make_participant("h2", "10", "0.001")]
 
 
-@pytest.fixture
-def signed(client, coord_kit, members):
-    spec = {**coord_kit.study_spec("s1"), "online": ONLINE}
+def create_study(client, coord_kit, members, online: dict) -> dict:
+    """Study ``s1`` with this ``online`` section and both members; its signed config."""
+    spec = {**coord_kit.study_spec("s1"), "online": online}
     r = client.post("/v1/studies", json=spec, headers=ADMIN)
     assert r.status_code == 201, r.text
     for m in members:
@@ -31,8 +31,14 @@ def signed(client, coord_kit, members):
     return r.json()["config"]
 
 
-def body(signed, key: str, noisy_sum, count: int, window: int = 0) -> dict:
-    claim = OnlineParams(**ONLINE).epoch_cost()
+@pytest.fixture
+def signed(client, coord_kit, members):
+    return create_study(client, coord_kit, members, ONLINE)
+
+
+def body(signed, key: str, noisy_sum, count: int, window: int = 0,
+         online: dict = ONLINE) -> dict:
+    claim = OnlineParams(**online).epoch_cost()
     return {"idempotency_key": key * 16, "config_version": 1,
             "config_digest": SignedConfig.model_validate(signed).digest(),
             "weights_version": 0, "window": window, "count": count,
