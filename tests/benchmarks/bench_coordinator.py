@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -102,19 +103,29 @@ def wait_ready(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError("server not ready")
 
 
-def group_cpu(pgid: int) -> dict[int, float]:
-    """User + system CPU seconds of each live process in a process group (-1: of every
-    PostgreSQL server process on this machine)."""
+def _cpu(wanted: Callable[[str, int], bool]) -> dict[int, float]:
+    """User + system CPU seconds of each live process whose (name, process group) is
+    ``wanted``."""
     tick, cpu = os.sysconf("SC_CLK_TCK"), {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            name, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
         except OSError:
             continue
         fields = rest.split()
-        if int(fields[2]) == pgid or (pgid == -1 and name.endswith("(postgres")):
+        if wanted(head.split("(", 1)[1], int(fields[2])):
             cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
     return cpu
+
+
+def group_cpu(pgid: int) -> dict[int, float]:
+    """CPU seconds of each process in a process group (a server and its workers)."""
+    return _cpu(lambda _name, group: group == pgid)
+
+
+def postgres_cpu() -> float:
+    """CPU seconds of every PostgreSQL server process on this machine."""
+    return sum(_cpu(lambda name, _group: name == "postgres").values())
 
 
 def http_request(method: str, path: str, port: int, token: str, body: bytes = b"") -> bytes:
@@ -176,10 +187,10 @@ def hammer(port: int, pgid: int, per_connection: list[list[bytes]]) -> dict:
     n = sum(map(len, per_connection))
     procs = min(CLIENT_PROCESSES, len(per_connection))
     shares = [per_connection[i::procs] for i in range(procs)]
-    cpu0, db0 = group_cpu(pgid), sum(group_cpu(-1).values())
+    cpu0, db0 = group_cpu(pgid), postgres_cpu()
     with multiprocessing.get_context("fork").Pool(procs) as pool:
         parts = pool.starmap(_client, [(port, share) for share in shares])
-    db_cpu = sum(group_cpu(-1).values()) - db0
+    db_cpu = postgres_cpu() - db0
     used = {pid: t - cpu0.get(pid, 0.0) for pid, t in group_cpu(pgid).items()}
     server_cpu = sum(used.values())
     statuses: dict[int, int] = {}
