@@ -41,6 +41,7 @@ __all__ = [
     "EncodedCounts",
     "encode_counts",
     "decode_counts",
+    "check_counts",
     "encode_release",
     "to_dense",
 ]
@@ -53,6 +54,7 @@ MAX_CELLS = 2**62
 _INDEX_DTYPE = np.dtype("<i8")
 _DTYPES: dict[str, np.dtype[np.signedinteger]] = {"<i4": np.dtype("<i4"), "<i8": np.dtype("<i8")}
 _I32 = np.iinfo(np.int32)
+_MAX_CELLS_ANY = 2**MAX_KEY_BITS  # computed once: validation runs on every request
 
 
 class EncodedCounts(BaseModel):
@@ -93,7 +95,7 @@ class EncodedCounts(BaseModel):
     @field_validator("n_cells")
     @classmethod
     def _key_width(cls, v: int) -> int:
-        if v > 2**MAX_KEY_BITS:
+        if v > _MAX_CELLS_ANY:
             raise ValueError(f"n_cells must be at most 2**{MAX_KEY_BITS}")
         return v
 
@@ -163,6 +165,21 @@ def decode_counts(
     """Decode and fully validate counts; return ``(keys or None, values)`` as int64.
 
     Sparse keys come back as an ``(nnz, W)`` array (``W = key_words(n_cells)``, also for 1).
+    Parameters and errors as :func:`check_counts`.
+    """
+    indices, values = _validated(enc, expected_cells, max_abs, max_bytes)
+    return indices, values.astype(np.int64)
+
+
+def check_counts(
+    enc: EncodedCounts,
+    *,
+    expected_cells: int,
+    max_abs: int = 2**40,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> None:
+    """Validate counts fully without keeping them (the coordinator's ingest: the counts are
+    decoded again when the model is read).
 
     Parameters
     ----------
@@ -181,6 +198,13 @@ def decode_counts(
     PayloadInvalid
         On any other problem: header, base64, zlib stream, length, digest, range, indices.
     """
+    _validated(enc, expected_cells, max_abs, max_bytes)
+
+
+def _validated(
+    enc: EncodedCounts, expected_cells: int, max_abs: int, max_bytes: int
+) -> tuple[NDArray[np.int64] | None, NDArray[np.signedinteger]]:
+    """``(keys or None, values)``, the values a read-only view in the wire's dtype."""
     if enc.format != FORMAT:
         raise PayloadInvalid(f"unknown counts format {enc.format!r}, expected {FORMAT!r}")
     dtype = _DTYPES.get(enc.dtype)
@@ -243,7 +267,7 @@ def decode_counts(
     wide = max_abs < 2 ** (8 * dtype.itemsize - 1)  # else every value of the type is in range
     if wide and values.size and (int(values.min()) < -max_abs or int(values.max()) > max_abs):
         raise PayloadInvalid(f"counts outside the allowed range [-{max_abs}, {max_abs}]")
-    return indices, values.astype(np.int64)
+    return indices, values
 
 
 def encode_release(release: Release) -> EncodedCounts:

@@ -9,7 +9,8 @@ reads were committed together with the counter they bumped, so the result is exa
 number of workers; the ingest cost does not depend on the model size or on how many
 contributions were merged before.
 
-Every use of ``common.encoding.decode_counts`` and ``common.merge`` is in :func:`decode_vector`
+Every use of ``common.encoding.decode_counts`` (and ``check_counts``) and ``common.merge`` is in
+:func:`decode_vector` (and :func:`check_vector`)
 and :func:`combine`, so a change of the sparse key type touches only these two functions.
 """
 
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from common.cellkeys import key_words
 from common.config import StudyConfig
-from common.encoding import EncodedCounts, decode_counts, encode_counts
+from common.encoding import EncodedCounts, check_counts, decode_counts, encode_counts
 from common.merge import merge_sparse, merge_sum
 from common.schemas import ModelPublic
 from coordinator.models import AggregateSnapshot, Contribution
@@ -43,6 +44,11 @@ Decoded = tuple[NDArray[np.int64] | None, NDArray[np.int64]]
 def decode_vector(enc: EncodedCounts, n_cells: int, max_bytes: int) -> Decoded:
     """Decode and validate one wire vector (``(indices or None, values)``, int64)."""
     return decode_counts(enc, expected_cells=n_cells, max_bytes=max_bytes)
+
+
+def check_vector(enc: EncodedCounts, n_cells: int, max_bytes: int) -> None:
+    """Validate one wire vector as :func:`decode_vector` does, keeping nothing (ingest)."""
+    check_counts(enc, expected_cells=n_cells, max_bytes=max_bytes)
 
 
 def combine(total: Decoded, part: Decoded, sign: int = 1) -> Decoded:

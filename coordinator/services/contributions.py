@@ -37,7 +37,7 @@ from common.errors import (
 from common.schemas import ContributionCreate
 from coordinator.models import Contribution, Participant
 from coordinator.services import charge, charge_pg
-from coordinator.services.aggregate import Decoded, decode_vector
+from coordinator.services.aggregate import check_vector
 from coordinator.services.charge import Stored
 from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.release_checks import check_config, over_budget
@@ -98,29 +98,27 @@ def _check_cost(config: StudyConfig, body: ContributionCreate) -> PrivacyBudget:
     return cost
 
 
-def _decode(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes: int) -> Decoded:
+def _check(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes: int) -> None:
     if enc.layout != layout:
         raise SchemaMismatch(f"{what} counts must be {layout}, got {enc.layout}")
     try:
-        return decode_vector(enc, n_cells, max_bytes)
+        check_vector(enc, n_cells, max_bytes)
     except PayloadInvalid as exc:
         exc.message = f"{what} counts: {exc.message}"
         raise
 
 
-def decode_release(
-    config: StudyConfig, body: ContributionCreate, max_bytes: int
-) -> tuple[Decoded, Decoded | None]:
-    """Decode and check both vectors against the config's shapes and ranges."""
-    lsh = _decode(body.lsh, config.lsh_cells, "dense", "lsh", max_bytes)
+def check_release(config: StudyConfig, body: ContributionCreate, max_bytes: int) -> None:
+    """Decode and check both vectors against the config's shapes and ranges (nothing is kept:
+    the model's fold decodes the stored release again)."""
+    _check(body.lsh, config.lsh_cells, "dense", "lsh", max_bytes)
     if config.grid is None:
         if body.grid is not None:
             raise SchemaMismatch("this study has no grid; send grid=null")
-        return lsh, None
+        return
     if body.grid is None:
         raise SchemaMismatch("this study releases a grid too; the grid counts are missing")
-    grid = _decode(body.grid, config.grid_cells, config.grid_layout or "dense", "grid", max_bytes)
-    return lsh, grid
+    _check(body.grid, config.grid_cells, config.grid_layout or "dense", "grid", max_bytes)
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ def prepare(
     )
     if session.get_bind().dialect.name != "postgresql":
         session.rollback()  # end the read transaction (and its lock, if it took the write lock)
-    decode_release(config, body, max_decoded_bytes)
+    check_release(config, body, max_decoded_bytes)
     return Prepared(release, cost, body)
 
 

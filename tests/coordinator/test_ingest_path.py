@@ -24,14 +24,14 @@ URL = "/v1/studies/s1/contributions"
 
 def during_decoding(monkeypatch, action):
     """Run ``action()`` once, after the route's read and before its write."""
-    real = contributions.decode_release
+    real = contributions.check_release
     calls = []
 
     def decode(*args, **kwargs):
         calls.append(action())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(contributions, "decode_release", decode)
+    monkeypatch.setattr(contributions, "check_release", decode)
     return calls
 
 
