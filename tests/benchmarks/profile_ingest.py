@@ -4,7 +4,7 @@ Run: ``.venv/bin/python tests/benchmarks/profile_ingest.py [--tables 100 1000] [
 [--db sqlite|postgres] [--cprofile N]``.
 Per stage (median of ``--repeat`` runs, milliseconds): JSON parse + schema validation (what
 a bare FastAPI endpoint also does), the replay digest, base64, zlib inflate, SHA-256 and the
-full ``decode_release``; then the whole request through the real app (TestClient, SQLite
+full ``check_release``; then the whole request through the real app (TestClient, SQLite
 file or a private schema of the PostgreSQL test database) with the SQL statements it runs
 besides BEGIN, counted by an engine event (SQLite only: on PostgreSQL the hot statements run on
 the driver cursor, which the engine's events do not see; ``coordinator.services.charge_pg``
@@ -39,7 +39,7 @@ from coordinator.config import Settings
 from coordinator.main import create_app
 from coordinator.models import Base
 from coordinator.services import group_commit
-from coordinator.services.contributions import decode_release, request_digest
+from coordinator.services.contributions import check_release, request_digest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import CoordinatorKit, _schema_url  # noqa: E402
@@ -54,14 +54,14 @@ def median_ms(fn, repeat: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def _profiled(profiler: cProfile.Profile):  # type: ignore[no-untyped-def]
-    """``group_commit.run_batch`` that profiles each batch (the writer runs one at a time)."""
-    real = group_commit.run_batch
+def _profiled(profiler: cProfile.Profile, real):  # type: ignore[no-untyped-def]
+    """A group-commit stage (``read_batch`` or ``write_batch``) that profiles each batch (the
+    requests here are sent one at a time, so the two stages never overlap)."""
 
-    def run_batch(session, batch):  # type: ignore[no-untyped-def]
+    def stage(session, batch):  # type: ignore[no-untyped-def]
         return profiler.runcall(real, session, batch)
 
-    return run_batch
+    return stage
 
 
 def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> None:
@@ -102,7 +102,7 @@ def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> Non
             "inflate (zlib / ISA-L)": (median_ms(lambda: zlib.decompress(packed), repeat),
                                        median_ms(lambda: isal_zlib.decompress(packed), repeat)),
             "sha256": median_ms(lambda: hashlib.sha256(inflated).digest(), repeat),
-            "decode_release": median_ms(lambda: decode_release(config, body, 2**30), repeat),
+            "check_release": median_ms(lambda: check_release(config, body, 2**30), repeat),
         }
         headers = {"Authorization": f"Bearer {who}", "Content-Type": "application/json"}
         bodies = [json.dumps({**template, "idempotency_key": secrets.token_hex(16)}).encode()
@@ -111,7 +111,8 @@ def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> Non
         statements[0] = 0
         profiler = cProfile.Profile(time.process_time)  # CPU, not waiting
         if top:
-            group_commit.run_batch = _profiled(profiler)
+            for name in ("read_batch", "write_batch"):
+                setattr(group_commit, name, _profiled(profiler, getattr(group_commit, name)))
         start = time.perf_counter()
         for b in bodies:
             assert c.post("/v1/studies/p/contributions", content=b, headers=headers).is_success
@@ -141,7 +142,7 @@ def main() -> None:
     db_url = next(schema)
     print("| m (cells) | body KB | parse+validate | replay digest | base64 (stdlib / pybase64) | "
           "inflate (zlib / ISA-L) | sha256 | "
-          f"decode_release | whole request ({args.db}) | SQL statements |")
+          f"check_release | whole request ({args.db}) | SQL statements |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     cases = [(m, 256) for m in args.tables] + ([(100, 65536)] if args.large else [])
     for tables, sample in cases:
