@@ -28,6 +28,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from coordinator.sqlite_checkpoint import BACKSTOP_PAGES
 from coordinator.sqlite_lock import sqlite_writer_lock
 
 
@@ -81,6 +82,8 @@ def make_engine(
         cursor.execute("PRAGMA foreign_keys = ON")
         if ":memory:" not in url:
             cursor.execute("PRAGMA journal_mode = WAL")
+            # the server checkpoints on a thread of its own (coordinator.sqlite_checkpoint)
+            cursor.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
