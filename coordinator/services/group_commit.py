@@ -4,12 +4,9 @@ A contribution's write is short (two statements on PostgreSQL, five in-process o
 its COMMIT waits for the log flush (an fsync), and one commit per contribution capped ingest
 (SQLite at 60-120 contributions/s on the reference disk). Here each worker process has one
 :class:`GroupWriter`: the route hands its request to the writer and waits; the writer's
-reading thread takes everything pending, checks and decodes each release (same checks,
-errors and status codes as before, :func:`read_batch`), and its storing thread stores the
-valid ones in one transaction (:func:`store_batch`), commits once, and only then answers
-each waiting request (:func:`write_batch`). The two threads form a pipeline: the next batch
-is read and decoded (zlib inflate and SHA-256, which run without the GIL) while this one is
-written and flushed. Durability
+thread takes everything pending, checks and decodes each release (same checks, errors and
+status codes as before), stores the valid ones in one transaction (:func:`store_batch`),
+commits once, and only then answers each waiting request. Durability
 is unchanged: a request is answered after the commit that holds its release and its charge;
 a crash before that commit loses both (the participant retries with the same key).
 
@@ -56,8 +53,6 @@ ALONE: Final = "alone"
 Result = Stored | str
 
 MAX_BATCH = 64
-IN_FLIGHT = 2
-"""Batches read and not yet answered: one being written, the next one read meanwhile."""
 T = TypeVar("T")
 
 
@@ -113,18 +108,14 @@ class Job:
 
 
 class GroupWriter:
-    """One per process: two threads run the pending requests' work in batches, one commit each.
+    """One per process: one thread runs the pending requests' work in batches, one commit each.
 
-    A batch (all pending requests, at most :data:`MAX_BATCH`) is read in one session on the
-    reading thread: every request's read (caller, replay, validation, decoding; an error
-    answers that request only). It is then written in another session on the storing thread:
-    :func:`store_batch` for those that are ready, then each refused or left-alone release in
-    its own transaction. Each session's connection is checked out (and pinged) once a batch,
-    not once a request. Requests arriving meanwhile form the next batch, which is read while
-    this one is written; at most :data:`IN_FLIGHT` batches are read and not yet answered.
-    Reading a batch before the previous one is committed is safe: the write re-checks under
-    its locks whatever the read saw (budget, config, an idempotency key stored meanwhile).
-    Not bound to an event loop: each job carries its own.
+    A batch (all pending requests, at most :data:`MAX_BATCH`) runs in one session: every
+    request's read (caller, replay, validation, decoding; an error answers that request
+    only), then :func:`store_batch` for those that are ready, then each refused or
+    left-alone release in its own transaction. The session's connection is checked out (and
+    pinged) once a batch, not once a request. Requests arriving meanwhile form the next
+    batch. Not bound to an event loop: each job carries its own.
     """
 
     def __init__(self, factory: sessionmaker[Session],
@@ -134,9 +125,7 @@ class GroupWriter:
         self._lock = threading.Lock()
         self._pending: list[Job] = []
         self._busy = False
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="fedod-ingest-read")
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="fedod-group-commit")
-        self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="fedod-group-commit")
 
     async def run(self, wanted: tuple[str, str, str], read: Read, settle: Settle) -> Outcome:
         """Look up, ``read``, then store with whatever else is pending; the outcome once
@@ -147,7 +136,7 @@ class GroupWriter:
             self._pending.append(job)
             start, self._busy = not self._busy, True
         if start:
-            self._reader.submit(self._drain)
+            self._thread.submit(self._drain)
         return await job.future
 
     @property
@@ -158,48 +147,32 @@ class GroupWriter:
 
     def _drain(self) -> None:
         while True:
-            self._in_flight.acquire()  # released once the batch is answered
-            with self._lock:  # requests go on queueing (into one batch) while it waits
+            with self._lock:
                 batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
                 if not batch:
                     self._busy = False
-                    self._in_flight.release()
                     return
-            _in_session(self._factory, read_batch, batch)
-            self._writer.submit(self._write, batch)
-
-    def _write(self, batch: list[Job]) -> None:
-        try:
-            stored = _in_session(self._factory, write_batch, batch)
-            if stored and self._checkpointer is not None:
-                self._checkpointer.wrote(stored)
+            stored = 0
+            try:
+                with self._factory() as session:
+                    stored = run_batch(session, batch)
+            except BaseException as exc:  # e.g. no connection: answer every job still open
+                for job in batch:
+                    if not isinstance(job.step, Outcome | BaseException):
+                        job.step = exc
             loops: dict[asyncio.AbstractEventLoop, list[Job]] = {}
             for job in batch:
                 loops.setdefault(job.loop, []).append(job)
             for loop, jobs in loops.items():  # one wake-up of each loop for its answers
                 with contextlib.suppress(RuntimeError):  # that loop is closed
                     loop.call_soon_threadsafe(_answer_all, jobs)
-        finally:
-            self._in_flight.release()
+            if stored and self._checkpointer is not None:  # after the answers
+                self._checkpointer.wrote(stored)
 
 
-def _in_session(factory: sessionmaker[Session], work: Callable[[Session, list[Job]], T],
-                batch: list[Job]) -> T | None:
-    """``work(session, batch)`` in a new session; an error there (e.g. no connection) answers
-    every job not answered yet."""
-    try:
-        with factory() as session:
-            return work(session, batch)
-    except BaseException as exc:
-        for job in batch:
-            if not isinstance(job.step, Outcome | BaseException):
-                job.step = exc
-        return None
-
-
-def read_batch(session: Session, batch: list[Job]) -> None:
-    """The batch's lookups (one query), then each job's read (an outcome, an error, or a
-    release ready to store)."""
+def run_batch(session: Session, batch: list[Job]) -> int:
+    """The batch's lookups (one query), each job's read, the batch's one write transaction,
+    then the stragglers alone; the characters of payload the batch's transaction stored."""
     found = _attempt(session, lambda: lookup_many(session.connection(execution_options=READ),
                                                   [job.wanted for job in batch]))
     for i, job in enumerate(batch):
@@ -207,11 +180,6 @@ def read_batch(session: Session, batch: list[Job]) -> None:
             job.step = found
             continue
         job.step = _attempt(session, functools.partial(job.read, session, found[i]))
-
-
-def write_batch(session: Session, batch: list[Job]) -> int:
-    """The batch's one write transaction, then the stragglers alone; the characters of
-    payload the batch's transaction stored."""
     ready = [job for job in batch if isinstance(job.step, Prepared)]
     results = store_batch(session, [job.step for job in ready])  # type: ignore[misc]
     stored = 0

@@ -1,7 +1,7 @@
 """Group commit: several releases in one batch, each answered as if it had been alone.
 
 The batch is formed deterministically, without timers: a first request holds the writer's
-reading thread (its batch waits on an event) until the test has seen the other requests queue up
+thread (its batch waits on an event) until the test has seen the other requests queue up
 behind it (``GroupWriter.pending``); they then run as one batch. On SQLite and PostgreSQL.
 """
 
@@ -25,15 +25,15 @@ URL = "/v1/studies/s1/contributions"
 def batches(monkeypatch):
     """Sizes of the batches run; the first batch waits until ``release.set()``."""
     release, sizes = threading.Event(), []
-    real = group_commit.read_batch
+    real = group_commit.run_batch
 
-    def read_batch(session, batch):
+    def run_batch(session, batch):
         sizes.append(len(batch))
         if len(sizes) == 1:
             assert release.wait(timeout=120), "the test never let the first batch go"
-        real(session, batch)
+        return real(session, batch)
 
-    monkeypatch.setattr(group_commit, "read_batch", read_batch)
+    monkeypatch.setattr(group_commit, "run_batch", run_batch)
     return release, sizes
 
 
@@ -126,59 +126,3 @@ def test_a_key_twice_in_one_batch_is_stored_once(
     assert all("idempotency key already used" in r.json()["detail"] for r in conflicts)
     assert h2_answer.status_code == 201
     assert budget(client) == {"lead": ("0.5", 1), "h1": ("0.5", 1), "h2": ("0.5", 1)}
-
-
-def test_the_next_batch_is_read_while_one_is_written_and_no_further(
-    client, app, make_participant, make_study, coord_kit, rng, monkeypatch
-):
-    """The writer's pipeline: batch 2 is read (and decoded) while batch 1 is being written;
-    batch 3 waits in the queue until batch 1 is answered (``IN_FLIGHT = 2``)."""
-    events: list[str] = []
-    hold = threading.Event()
-    real_read, real_write = group_commit.read_batch, group_commit.write_batch
-
-    def read_batch(session, batch):
-        events.append("read")
-        real_read(session, batch)
-
-    def write_batch(session, batch):
-        first = "write" not in events
-        events.append("write")
-        if first:
-            assert hold.wait(timeout=120), "the test never let the first write go"
-        stored = real_write(session, batch)
-        events.append("written")
-        return stored
-
-    monkeypatch.setattr(group_commit, "read_batch", read_batch)
-    monkeypatch.setattr(group_commit, "write_batch", write_batch)
-    members = [make_participant(f"h{i}") for i in range(3)]
-    signed = make_study("s1", members=members)
-    posts = [(coord_kit.release(signed, rng)[0], p.headers) for p in members]
-
-    async def run():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-            def post(i):
-                return asyncio.ensure_future(c.post(URL, json=posts[i][0], headers=posts[i][1]))
-
-            first = post(0)
-            while "write" not in events:  # batch 1 is read and held in its write
-                assert not first.done(), first.result().text
-                await asyncio.sleep(0)
-            second = post(1)
-            while events.count("read") < 2:  # read while batch 1 is still being written
-                assert not second.done(), second.result().text
-                await asyncio.sleep(0)
-            third = post(2)
-            while app.state.group_writer.pending < 1 and events.count("read") < 3:
-                await asyncio.sleep(0)
-            seen = list(events)
-            hold.set()
-            return seen, await asyncio.gather(first, second, third)
-
-    seen, answers = asyncio.run(run())
-    assert seen == ["read", "write", "read"]  # batch 3 was not read while two were in flight
-    assert [r.status_code for r in answers] == [201, 201, 201], [r.text for r in answers]
-    assert events.index("written") < len(events) - 1 - events[::-1].index("read")
-    assert sorted(r.json()["model_version"] for r in answers) == [1, 2, 3]
