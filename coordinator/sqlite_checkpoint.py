@@ -4,8 +4,9 @@ In WAL mode a commit appends pages to the ``-wal`` file; a checkpoint copies the
 the database file. SQLite's automatic checkpoint runs inside the COMMIT that crosses 1,000
 pages, on the committing connection: for the coordinator that is the group-commit writer,
 which then holds the writer lock (``coordinator.sqlite_lock``) while it reads and re-writes
-every page of the last few megabytes. At 1,000 tables a release stores about 170 KB, so one
-batch in two paid for a checkpoint (``tests/benchmarks/bench_coordinator.py``).
+every page of the last few megabytes. At 1,000 tables a release stores about 170 KB (42
+pages), so a checkpoint ran every 24 or so releases, inside a batch's commit (BENCHMARKS.md,
+2026-11-25).
 
 Here the server counts the bytes its writer stores (:meth:`Checkpointer.wrote`) and, every
 :data:`EVERY_BYTES`, wakes one thread that runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own
@@ -56,14 +57,25 @@ class Checkpointer:
             self._written = 0
             self._requested += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="fedod-wal-checkpoint")
-                self._thread.start()
+                thread = threading.Thread(target=self._run, daemon=True,
+                                          name="fedod-wal-checkpoint")
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # no thread now: SQLite's backstop still runs
+                    log.warning("cannot start the WAL checkpoint thread: %s", exc)
+                    return
+                self._thread = thread
             self._wake.notify_all()
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None,
-                               check_same_thread=False)
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:  # SQLite's backstop still runs; the next due write retries
+            log.warning("cannot open %s for WAL checkpoints: %s", self.path, exc)
+            with self._lock:
+                self._thread = None
+            return
         while True:
             with self._lock:
                 self._wake.wait_for(lambda: self._requested > self._taken)
@@ -80,9 +92,9 @@ class Checkpointer:
                 self._covered = self._taken
                 self._wake.notify_all()
 
-    def wait_caught_up(self, timeout_s: float) -> bool:
-        """Wait until a checkpoint that started after the last due :meth:`wrote` has run;
-        False if ``timeout_s`` passed first."""
+    def wait_caught_up(self, timeout_s: float, due: int = 0) -> bool:
+        """Wait until at least ``due`` checkpoints were due and, after the last of them, one
+        has run; False if ``timeout_s`` passed first."""
         with self._lock:
-            target = self._requested
-            return self._wake.wait_for(lambda: self._covered >= target, timeout_s)
+            return self._wake.wait_for(
+                lambda: self._requested >= due and self._covered >= self._requested, timeout_s)

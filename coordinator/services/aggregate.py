@@ -9,9 +9,9 @@ reads were committed together with the counter they bumped, so the result is exa
 number of workers; the ingest cost does not depend on the model size or on how many
 contributions were merged before.
 
-Every use of ``common.encoding.decode_counts`` (and ``check_counts``) and ``common.merge`` is in
-:func:`decode_vector` (and :func:`check_vector`)
-and :func:`combine`, so a change of the sparse key type touches only these two functions.
+Every use of ``common.encoding.decode_counts`` / ``check_counts`` and ``common.merge`` is in
+:func:`decode_vector`, :func:`check_vector` and :func:`combine`, so a change of the sparse key
+type touches only these three functions.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ its COMMIT waits for the log flush (an fsync), and one commit per contribution c
 :class:`GroupWriter`: the route hands its request to the writer and waits; the writer's
 thread takes everything pending, checks and decodes each release (same checks, errors and
 status codes as before), stores the valid ones in one transaction (:func:`store_batch`),
-commits once, and only then answers each waiting request. Durability
+commits once, and only then answers each waiting request (then, on SQLite, reports the
+payload it stored to the WAL checkpointer, ``coordinator.sqlite_checkpoint``). Durability
 is unchanged: a request is answered after the commit that holds its release and its charge;
 a crash before that commit loses both (the participant retries with the same key).
 

@@ -8,6 +8,7 @@ database file, so the file's size shows whether one ran. Waits are on the checkp
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from conftest import ADMIN
@@ -83,7 +84,23 @@ def test_the_ingest_writer_reports_what_it_stored(client, app, make_participant,
     body = coord_kit.release(signed, rng)[0]
     r = client.post("/v1/studies/s1/contributions", json=body, headers=p.headers)
     assert r.status_code == 201, r.text
-    assert app.state.checkpointer.wait_caught_up(timeout_s=120)
+    assert app.state.checkpointer.wait_caught_up(timeout_s=120, due=1)  # told after the answer
     assert app.state.checkpointer.done >= 1
     assert os.path.getsize(path) > before
     assert client.get("/v1/studies/s1/model", headers=ADMIN).status_code == 200
+
+
+def test_a_database_it_cannot_open_is_logged_and_retried_on_the_next_due_write(tmp_path, caplog):
+    checkpointer = Checkpointer(str(tmp_path / "missing" / "c.db"), every_bytes=1)
+    checkpointer.wrote(1)
+    thread = checkpointer._thread
+    assert thread is not None
+    thread.join(timeout=120)
+    assert not thread.is_alive() and checkpointer._thread is None and checkpointer.done == 0
+    assert "cannot open" in caplog.text
+    checkpointer.wrote(1)  # due again: a new thread tries again, and logs again
+    for _ in range(12_000):  # waits for the second warning (a bound, not a timing)
+        if caplog.text.count("cannot open") == 2:
+            break
+        time.sleep(0.01)
+    assert caplog.text.count("cannot open") == 2
