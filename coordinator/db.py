@@ -41,10 +41,20 @@ class PoolLimits:
     timeout_s: float = 5.0
 
 
+def sqlite_file(url: str) -> str | None:
+    """The database file of a SQLite URL; None for another database, in memory or for a
+    ``file:`` URI (one process, no file of ours to create, lock or checkpoint)."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database
+
+
 def create_sqlite_file(url: str) -> None:
     """Create the SQLite file owner-only (0600) before SQLite creates it world-readable."""
-    database = make_url(url).database
-    if not database or database == ":memory:" or database.startswith("file:"):
+    database = sqlite_file(url)
+    if database is None:
         return
     fd = os.open(database, os.O_CREAT | os.O_WRONLY, 0o600)
     os.close(fd)
@@ -71,7 +81,7 @@ def make_engine(
         url,
         hide_parameters=True,
         connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False,
-                      "factory": sqlite_writer_lock(url, busy_timeout_ms / 1000)},
+                      "factory": sqlite_writer_lock(sqlite_file(url), busy_timeout_ms / 1000)},
     )
 
     @event.listens_for(engine, "connect")

@@ -26,8 +26,13 @@ from coordinator.api.routes import (
     studies,
 )
 from coordinator.config import Settings
-from coordinator.db import PoolLimits, make_engine, make_probe_engine, make_sessionmaker
-from coordinator.deployment import sqlite_path
+from coordinator.db import (
+    PoolLimits,
+    make_engine,
+    make_probe_engine,
+    make_sessionmaker,
+    sqlite_file,
+)
 from coordinator.keys import KeyStore
 from coordinator.logs import log_config
 from coordinator.middleware import AccessLogMiddleware, BodyLimitMiddleware, TimeoutMiddleware
@@ -99,8 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.probe_engine = make_probe_engine(url, settings.db_timeout_s)
     app.state.sessionmaker = make_sessionmaker(engine)
-    path = sqlite_path(url)
-    app.state.checkpointer = None if path is None else Checkpointer(str(path))
+    path = sqlite_file(url)  # the file the writer lock guards
+    app.state.checkpointer = None if path is None else Checkpointer(path)
     app.state.keys = KeyStore(settings.resolved_signing_key_path)
     app.state.keys.ensure()
 

@@ -20,7 +20,6 @@ import sqlite3
 import threading
 import time
 
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 _gates: dict[str, threading.Lock] = {}
@@ -37,15 +36,13 @@ def _locked() -> OperationalError:
                             sqlite3.OperationalError("database is locked (writer lock)"))
 
 
-def sqlite_writer_lock(url: str, timeout_s: float) -> type[sqlite3.Connection]:
+def sqlite_writer_lock(database: str | None, timeout_s: float) -> type[sqlite3.Connection]:
     """A ``sqlite3.Connection`` class (the ``factory`` of ``sqlite3.connect``) whose ``begin``
     takes the writer lock and runs ``BEGIN IMMEDIATE``, or for a read-only transaction a
     deferred ``BEGIN`` (in WAL mode a snapshot that takes no lock); ``commit``, ``rollback``
-    and ``close`` drop it. Errors are raised as SQLAlchemy's. In-memory and URI databases
-    (one process) take no lock."""
-    database = make_url(url).database
-    private = not database or database == ":memory:" or database.startswith("file:")
-    path = None if private else os.path.abspath(f"{database}-writer.lock")
+    and ``close`` drop it. Errors are raised as SQLAlchemy's. ``database`` is the file
+    (``db.sqlite_file``); None (in memory, a URI: one process) takes no lock."""
+    path = None if database is None else os.path.abspath(f"{database}-writer.lock")
     gate = None if path is None else _gate(path)
 
     class WriterLocked(sqlite3.Connection):
