@@ -46,7 +46,9 @@ def sqlite_file(url: str) -> str | None:
     ``file:`` URI (one process, no file of ours to create, lock or checkpoint)."""
     parsed = make_url(url)
     database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+    if parsed.get_backend_name() != "sqlite" or not database:
+        return None
+    if database == ":memory:" or database.startswith("file:"):
         return None
     return database
 
