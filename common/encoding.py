@@ -42,6 +42,7 @@ __all__ = [
     "encode_counts",
     "decode_counts",
     "check_counts",
+    "validated_json",
     "encode_release",
     "to_dense",
 ]
@@ -199,6 +200,18 @@ def check_counts(
         On any other problem: header, base64, zlib stream, length, digest, range, indices.
     """
     _validated(enc, expected_cells, max_abs, max_bytes)
+
+
+def validated_json(enc: EncodedCounts) -> str:
+    """The JSON of counts that :func:`check_counts` accepted, the data spliced in as it is.
+
+    ``enc.model_dump_json()`` scans every character of the data for escapes (116 us for
+    the 170 KB of an m = 1,000 release, holding the GIL; BENCHMARKS "2026-11-26"). Data that
+    passed the strict base64 check holds only ``A-Za-z0-9+/=``, which JSON never escapes, so
+    the text is the header's JSON with the data inserted. Only for validated counts.
+    """
+    head = enc.model_dump_json(exclude={"data"})
+    return f'{head[:-1]},"data":"{enc.data}"}}'
 
 
 def _validated(

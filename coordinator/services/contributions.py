@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.encoding import EncodedCounts
+from common.encoding import EncodedCounts, validated_json
 from common.errors import (
     ConfigVersionConflict,
     FedodError,
@@ -161,6 +161,9 @@ def prepare(
     refusal = over_budget(caller, cost)
     if refusal is not None:
         raise refusal
+    if session.get_bind().dialect.name != "postgresql":
+        session.rollback()  # end the read transaction (and its lock, if it took the write lock)
+    check_release(config, body, max_decoded_bytes)
     release = charge.Release(
         caller.participant_id,
         caller.study_id,
@@ -168,12 +171,9 @@ def prepare(
         digest,
         body.config_version,
         *cost.to_units(),
-        body.lsh.model_dump_json(),
-        body.grid.model_dump_json() if body.grid is not None else None,
+        validated_json(body.lsh),
+        validated_json(body.grid) if body.grid is not None else None,
     )
-    if session.get_bind().dialect.name != "postgresql":
-        session.rollback()  # end the read transaction (and its lock, if it took the write lock)
-    check_release(config, body, max_decoded_bytes)
     return Prepared(release, cost, body)
 
 

@@ -15,7 +15,14 @@ from hypothesis.extra import numpy as hnp
 from pydantic import ValidationError
 
 from common.cellkeys import ints_from_keys, key_words, keys_from_ints
-from common.encoding import EncodedCounts, decode_counts, encode_counts, to_dense
+from common.encoding import (
+    EncodedCounts,
+    check_counts,
+    decode_counts,
+    encode_counts,
+    to_dense,
+    validated_json,
+)
 from common.errors import PayloadInvalid, PayloadTooLarge
 from common.merge import merge_sparse, merge_sum
 from common.release import add_discrete_laplace
@@ -26,6 +33,19 @@ int_vectors = hnp.arrays(
     st.integers(1, 300),
     elements=st.one_of(st.integers(-1000, 1000), st.integers(-(2**40), 2**40)),
 )
+
+
+@given(int_vectors, st.booleans())
+def test_validated_json_is_the_model_json(values: np.ndarray, sparse: bool) -> None:
+    """The stored text of validated counts parses back to the same model and holds the same
+    JSON object as pydantic's serialisation (only the key order differs)."""
+    n_cells = 2 * values.size
+    indices = np.arange(0, n_cells, 2) if sparse else None
+    enc = encode_counts(values, indices=indices, n_cells=n_cells if sparse else values.size)
+    check_counts(enc, expected_cells=enc.n_cells)
+    text = validated_json(enc)
+    assert EncodedCounts.model_validate_json(text) == enc
+    assert json.loads(text) == json.loads(enc.model_dump_json())
 
 
 @given(int_vectors)
