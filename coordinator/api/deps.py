@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -21,6 +21,7 @@ from coordinator.config import Settings
 from coordinator.keys import KeyStore
 from coordinator.models import Member, Participant, Study
 from coordinator.services.ingest_lookup import IngestCaller
+from coordinator.services.model_lookup import ModelReader
 from coordinator.services.participants import authenticate
 
 bearer = HTTPBearer(auto_error=False, description="Participant credential or admin token")
@@ -167,12 +168,25 @@ def ingest_token(settings: Settings, creds: Credentials) -> str:
     return token
 
 
-def ingest_caller(found: IngestCaller | None, study_id: str) -> IngestCaller:
-    """The contribution route's ``CurrentParticipant`` + ``StudyMember`` from one lookup.
+def reader_token(settings: Settings, creds: Credentials) -> str | None:
+    """A reading route's credential: None for the admin token, 401 for none."""
+    token = creds.credentials if creds else None
+    if is_admin_token(settings, token):
+        return None
+    if not token:
+        raise _unauthorized()
+    return token
 
-    ``found`` is the row ``services.ingest_lookup`` read for the credential of
-    :func:`ingest_token`. The same checks in the same order with the same answers as those
-    dependencies (401 unknown or revoked credential, 404 unknown study, 403 not a member).
+
+Found = TypeVar("Found", IngestCaller, ModelReader)
+
+
+def member_or_admin(found: Found | None, study_id: str) -> Found:
+    """``get_caller`` + ``study_reader`` (or ``study_member``) from one lookup of the caller.
+
+    The same checks in the same order with the same answers as those dependencies (401
+    unknown or revoked credential, 404 unknown study, 403 not a member); the admin's row
+    counts as an active member.
     """
     if found is None:
         raise _unauthorized()
@@ -181,5 +195,5 @@ def ingest_caller(found: IngestCaller | None, study_id: str) -> IngestCaller:
     if found.study_id is None:
         raise _no_study(study_id)
     if not found.member:
-        raise _not_member(found.name, study_id)
+        raise _not_member(str(found.name), study_id)
     return found

@@ -96,6 +96,32 @@ def test_model_etag_and_access(client, make_participant, make_study, coord_kit, 
     assert r.status_code == 403 and "not a member" in r.json()["detail"]
 
 
+def test_model_read_answers_every_caller_as_the_config_read(client, make_participant,
+                                                             make_study):
+    """The model GET checks the caller in one query of its own (services.model_lookup); every
+    caller and study gets the status and detail of the dependency-checked config GET."""
+    h1, h2, h3 = make_participant("h1"), make_participant("h2"), make_participant("h3")
+    make_study("s1", members=[h1, h3])
+    assert client.post("/v1/participants/h3/revoke", headers=ADMIN).status_code == 200
+    callers = {"admin": ADMIN, "member": h1.headers, "outsider": h2.headers,
+               "revoked": h3.headers, "none": {},
+               "unknown": {"Authorization": "Bearer " + "x" * 43}}
+    seen = set()
+    for who, headers in callers.items():
+        for study in ("s1", "zz"):
+            model = client.get(f"/v1/studies/{study}/model", headers=headers)
+            config = client.get(f"/v1/studies/{study}/config", headers=headers)
+            assert model.status_code == config.status_code, (who, study)
+            if model.status_code != 200:
+                assert model.json() == config.json(), (who, study)
+                assert model.headers.get("www-authenticate") == config.headers.get(
+                    "www-authenticate"), (who, study)
+            seen.add((who, study, model.status_code))
+    assert {("admin", "s1", 200), ("member", "s1", 200), ("outsider", "s1", 403),
+            ("revoked", "s1", 401), ("none", "s1", 401), ("unknown", "zz", 401),
+            ("member", "zz", 404), ("admin", "zz", 404)} <= seen
+
+
 def test_participant_lifecycle(client, make_participant):
     created = client.post("/v1/participants", json={"name": "h1", "epsilon_cap": "2"},
                           headers=ADMIN)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
-from coordinator.api.deps import Credentials, ingest_caller, ingest_token
+from coordinator.api.deps import Credentials, ingest_token, member_or_admin
 from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.models import Contribution
@@ -68,7 +68,7 @@ async def create_contribution(
     named: list[IngestCaller] = []
 
     def read(session: Session, found: IngestCaller | None) -> Outcome | Prepared:
-        caller = ingest_caller(found, study_id)
+        caller = member_or_admin(found, study_id)
         named.append(caller)
         return counted(session, caller, body, lambda: contributions.prepare(
             session, caller, body, max_decoded_bytes=settings.max_decoded_bytes))

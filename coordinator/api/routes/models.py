@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Header, Request, Response, status
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.schemas import ModelPublic
-from coordinator.api.deps import Credentials, get_caller, study_reader
+from coordinator.api.deps import Credentials, member_or_admin, reader_token
 from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
-from coordinator.models import Aggregate
+from coordinator.services import model_lookup
 from coordinator.services.aggregate import cached_model, fold, model_json
-from coordinator.services.studies import study_config
+from coordinator.services.studies import parse_config
 
 router = APIRouter(prefix="/studies", tags=["models"])
 
@@ -35,10 +34,10 @@ async def get_model(
     """
 
     def work(session: Session, settings: Settings) -> Response:
-        study = study_reader(study_id, session, get_caller(session, settings, creds))
-        config = study_config(study)
-        version = session.scalar(select(Aggregate.version).where(Aggregate.study_id == study_id))
-        assert version is not None
+        found = model_lookup.lookup(session.connection(), study_id, reader_token(settings, creds))
+        reader = member_or_admin(found, study_id)
+        config = parse_config(reader.config_payload)
+        version = reader.version
         etag = f'"{study_id}-{config.version}-{version}"'
         headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
         if if_none_match and etag in {t.strip() for t in if_none_match.split(",")}:
