@@ -206,9 +206,9 @@ def validated_json(enc: EncodedCounts) -> str:
     """The JSON of counts that :func:`check_counts` accepted, the data spliced in as it is.
 
     ``enc.model_dump_json()`` scans every character of the data for escapes (116 us for
-    the 170 KB of an m = 1,000 release, holding the GIL; BENCHMARKS "2026-11-26"). Data that
-    passed the strict base64 check holds only ``A-Za-z0-9+/=``, which JSON never escapes, so
-    the text is the header's JSON with the data inserted. Only for validated counts.
+    the 170 KB of an m = 1,000 release, holding the GIL). Data that passed the strict
+    base64 check holds only ``A-Za-z0-9+/=``, which JSON never escapes, so the text is the
+    header's JSON with the data inserted. Only for validated counts.
     """
     head = enc.model_dump_json(exclude={"data"})
     return f'{head[:-1]},"data":"{enc.data}"}}'

@@ -2,10 +2,10 @@
 
 A model GET needed the participant holding the credential, the study, the membership and the
 model counter: four ORM queries (``get_caller``, then ``study_reader``'s two, then the
-version), about 2.5 ms of server CPU per GET against 0.4 ms for a bare endpoint serving the
-same bytes (BENCHMARKS "2026-11-26"). Here it is one prebuilt statement on the driver's cursor
-(``services.driver_sql``), as ingest does (``services.ingest_lookup``). Nothing is cached
-between requests: a revoked credential is refused on its next request.
+version), 2.6 ms of server CPU per GET, at 0.13-0.24 of the GETs/s of a bare endpoint serving
+the same bytes (BENCHMARKS, "model GETs in one query"). Here it is one prebuilt statement on
+the driver's cursor (``services.driver_sql``), as ingest does (``services.ingest_lookup``).
+Nothing is cached between requests: a revoked credential is refused on its next request.
 """
 
 from __future__ import annotations
