@@ -16,8 +16,9 @@ type touches only these three functions.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from threading import Lock
 
@@ -39,6 +40,8 @@ MODEL_ZLIB_LEVEL = 1
 """zlib level of the served model: level 9 cost 741 ms at 650k cells, level 1 27 ms (6 %
 larger); the model is re-encoded at every new version, a release is encoded once."""
 Decoded = tuple[NDArray[np.int64] | None, NDArray[np.int64]]
+Part = tuple[Decoded, Decoded | None]
+"""A contribution decoded: its LSH vector and its grid (None without a grid)."""
 
 
 def decode_vector(enc: EncodedCounts, n_cells: int, max_bytes: int) -> Decoded:
@@ -96,14 +99,46 @@ class Sums:
             snapshot.grid_indices = _blob(indices) if indices is not None else None
             snapshot.grid_values = _blob(values)
 
-    def add_payloads(self, config: StudyConfig, lsh: str, grid: str | None, sign: int) -> None:
-        """Add (``sign`` 1) or subtract (-1) one stored contribution."""
-        limit = 2**62  # already validated at ingest; the bound only guards memory
-        decoded = decode_vector(EncodedCounts.model_validate_json(lsh), config.lsh_cells, limit)
-        self.lsh = combine(self.lsh, decoded, sign)
+    def add(self, part: Part, sign: int) -> None:
+        """Add (``sign`` 1) or subtract (-1) one decoded contribution (:func:`decode_stored`)."""
+        lsh, grid = part
+        self.lsh = combine(self.lsh, lsh, sign)
         if self.grid is not None and grid is not None:
-            enc = EncodedCounts.model_validate_json(grid)
-            self.grid = combine(self.grid, decode_vector(enc, config.grid_cells, limit), sign)
+            self.grid = combine(self.grid, grid, sign)
+
+
+def decode_stored(config: StudyConfig, row: tuple[str, str | None]) -> Part:
+    """One stored contribution's ``(lsh, grid)`` payloads, decoded and checked again."""
+    limit = 2**62  # already validated at ingest; the bound only guards memory
+    lsh, grid = row
+    decoded = decode_vector(EncodedCounts.model_validate_json(lsh), config.lsh_cells, limit)
+    if grid is None or config.grid is None:
+        return decoded, None
+    enc = EncodedCounts.model_validate_json(grid)
+    return decoded, decode_vector(enc, config.grid_cells, limit)
+
+
+DECODERS = 2
+"""Threads that decode stored contributions for a fold: inflate and SHA-256 release the GIL,
+so on 2 cores a fold of m = 1,000 releases took 0.48 instead of 0.71 ms per contribution."""
+_decoders: ThreadPoolExecutor | None = None
+_decoders_lock = Lock()
+
+
+def _decoded(config: StudyConfig, rows: Iterator[tuple[str, str | None]]) -> Iterator[Part]:
+    """:func:`decode_stored` of each row on the :data:`DECODERS` threads, in order, with at
+    most :data:`DECODERS` decoded ahead of the caller (a large model's vector is 52 MB)."""
+    global _decoders
+    with _decoders_lock:
+        if _decoders is None:
+            _decoders = ThreadPoolExecutor(DECODERS, thread_name_prefix="fedod-fold")
+    pool, ahead = _decoders, deque[Future[Part]]()
+    for row in rows:
+        ahead.append(pool.submit(decode_stored, config, row))
+        if len(ahead) > DECODERS:
+            yield ahead.popleft().result()
+    while ahead:
+        yield ahead.popleft().result()
 
 
 def _payloads(session: Session, where: ColumnElement[bool]) -> Iterator[tuple[str, str | None]]:
@@ -137,11 +172,11 @@ def fold(session: Session, study_id: str, config: StudyConfig, target: int) -> A
         & (Contribution.model_version <= target)
     )
     sums = Sums.load(snapshot, config)
-    for lsh, grid in _payloads(session, window):
-        sums.add_payloads(config, lsh, grid, 1)
+    for part in _decoded(config, _payloads(session, window)):
+        sums.add(part, 1)
     replaced = select(Contribution.replaces_id).where(window, Contribution.replaces_id.is_not(None))
-    for lsh, grid in _payloads(session, Contribution.id.in_(replaced)):
-        sums.add_payloads(config, lsh, grid, -1)
+    for part in _decoded(config, _payloads(session, Contribution.id.in_(replaced))):
+        sums.add(part, -1)
     newcomers = select(func.count()).where(window, Contribution.replaces_id.is_(None))
     sums.store(snapshot)
     snapshot.contributors += session.scalar(newcomers) or 0
