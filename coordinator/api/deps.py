@@ -76,12 +76,22 @@ class Caller:
         return self.participant is None
 
 
-def get_caller(session: SessionDep, settings: SettingsDep, creds: Credentials) -> Caller:
-    """Resolve the bearer token to the admin or an active participant, else 401."""
+def reader_token(settings: Settings, creds: Credentials) -> str | None:
+    """The bearer credential: None for the admin token, 401 for none."""
     token = creds.credentials if creds else None
     if is_admin_token(settings, token):
+        return None
+    if not token:
+        raise _unauthorized()
+    return token
+
+
+def get_caller(session: SessionDep, settings: SettingsDep, creds: Credentials) -> Caller:
+    """Resolve the bearer token to the admin or an active participant, else 401."""
+    token = reader_token(settings, creds)
+    if token is None:
         return Caller(None)
-    participant = authenticate(session, token) if token else None
+    participant = authenticate(session, token)
     if participant is None:
         raise _unauthorized()
     if not participant.active:
@@ -160,21 +170,9 @@ StudyMember = Annotated[Study, Depends(study_member)]
 
 def ingest_token(settings: Settings, creds: Credentials) -> str:
     """The contribution route's credential: 403 for the admin token, 401 for none."""
-    token = creds.credentials if creds else None
-    if is_admin_token(settings, token):
+    token = reader_token(settings, creds)
+    if token is None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, NOT_PARTICIPANT)
-    if not token:
-        raise _unauthorized()
-    return token
-
-
-def reader_token(settings: Settings, creds: Credentials) -> str | None:
-    """A reading route's credential: None for the admin token, 401 for none."""
-    token = creds.credentials if creds else None
-    if is_admin_token(settings, token):
-        return None
-    if not token:
-        raise _unauthorized()
     return token
 
 
