@@ -9,7 +9,10 @@ contributions/s and model GETs/s of the coordinator and of the bare server (same
 bytes; the bare GET serves a body of the coordinator model's size), their ratio, and the
 server CPU per request of both (so a loaded machine or the client cannot fake the ratio),
 and the CPU the PostgreSQL server's processes used meanwhile (on this machine they share the
-cores with both servers; with SQLite the column shows PostgreSQL idling).
+cores with both servers; with SQLite the column shows PostgreSQL idling). "CPU ratio" is the
+bare server's CPU per request over the coordinator's plus PostgreSQL's: the ratio the two
+rates approach once the machine's cores are the limit, and a figure that moves far less
+between runs than the rates do.
 The posts alternate ``--rounds`` times between the two servers and each figure is the
 median over the rounds (single short phases moved the ratio by 2x from one run to the next).
 Each ``--workers`` value is a run of both servers with that many uvicorn workers. With 2, the
@@ -344,7 +347,7 @@ def median_run(runs: list[dict]) -> dict:
 
 HEADER = ("| db | workers | connections | m (cells) | merged before | body KB | "
           "coordinator c/s | bare c/s | "
-          "ratio | server CPU ms/req coord / bare | PostgreSQL CPU ms/req | "
+          "ratio | server CPU ms/req coord / bare | PostgreSQL CPU ms/req | CPU ratio | "
           "busiest worker's CPU share coord / bare | "
           "client CPU ms/req | first GET (fold) ms | model KB | GETs/s coord / bare | "
           "GET ratio |")
@@ -357,6 +360,7 @@ def row(db: str, workers: int, clients: int, label: str, merged: int, r: dict) -
             f"{cp['rate']:.1f} | "
             f"{bp['rate']:.1f} | **{cp['rate'] / bp['rate']:.2f}** | "
             f"{cp['server_ms']:.2f} / {bp['server_ms']:.2f} | {cp['db_ms']:.2f} | "
+            f"{bp['server_ms'] / (cp['server_ms'] + cp['db_ms']):.2f} | "
             f"{cp['busiest']:.2f} / {bp['busiest']:.2f} | {cp['client_ms']:.2f} | "
             f"{r['fold_ms']:.0f} | {r['model_kb']:.0f} | {cg['rate']:.0f} / {bg['rate']:.0f} | "
             f"{cg['rate'] / bg['rate']:.2f} |" + (f" non-2xx: {bad}" if bad else ""))
