@@ -11,11 +11,12 @@ summation. The exact counts come back to this process, the participant's own mac
 ``common.release`` draws the noise once, exactly as the in-process engine does: a worker
 that dies makes Dask recompute its partition, never the release.
 
-Scores (``score``): a map over partitions computing every detector's score per record; the
-per-detector scores (8 bytes per record and detector, as in-process) are gathered here to
-rank them over the whole dataset with ``participant.scoring.combine``; a second map attaches
-``outlier_score``, ``rank`` and ``outlier`` and ``dask.dataframe.to_parquet`` writes one
-Parquet file per partition into the output directory. Scores equal the in-process ones.
+Scores (``score``): a map over partitions computing every detector's score per record, kept
+on the workers; the dataset-wide combined score and rank are computed on the cluster by a
+sample sort (``participant.dask_ranks``: this process sees samples and per-bucket counts,
+never a score); a last map attaches ``outlier_score``, ``rank`` and ``outlier`` and
+``dask.dataframe.to_parquet`` writes one Parquet file per partition into the output
+directory. Scores and ranks equal the in-process ones.
 
 Without a scheduler address a ``distributed.LocalCluster`` on loopback is started (and
 stopped) for the call, with temporary TLS credentials (``Security.temporary()``). With an
@@ -25,6 +26,8 @@ address, :class:`distributed.Client` reads its TLS settings from the Dask config
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,15 +37,17 @@ import numpy as np
 import pandas as pd
 from distributed import Client, Future, LocalCluster, wait
 
+from common.detectors.combine import shares
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
 from participant.cohort_columns import Cohorts
 from participant.contribute import ExactCounts
 from participant.contribute import exact_histograms as stream_histograms
+from participant.dask_ranks import BUCKET_ROWS, combined_ranks
 from participant.data import DataReport, DataSource, DataSpec
 from participant.dataset import DatasetSource, dataset_files, merge_reports
-from participant.scoring import Detector, ScoreSummary, combine, flag_count
+from participant.scoring import Detector, ScoreSummary, flag_count
 
 SPLIT_EVERY = 8
 Source = DataSource | DatasetSource
@@ -192,8 +197,9 @@ def partition_scores(file: Path, spec: DataSpec, chunk_rows: int,
     return frame, source.report
 
 
-def finish_partition(part: tuple[pd.DataFrame, DataReport], key_name: str, first_row: int,
-                     combined: np.ndarray, rank: np.ndarray, k: int) -> pd.DataFrame:
+def finish_partition(part: tuple[pd.DataFrame, DataReport], first_row: int,
+                     combined: np.ndarray, rank: np.ndarray, *, key_name: str,
+                     k: int) -> pd.DataFrame:
     """Attach the dataset-wide combined score, rank and flag to one partition's scores."""
     frame = part[0].copy()
     if key_name not in frame:
@@ -208,10 +214,11 @@ def score_dataset(
     source: Source, detectors: Mapping[str, Detector], output: str | Path, *,
     contamination: float | None = None, top_k: int | None = None, progress: bool = False,
     scheduler: str | None = None, weights: Mapping[str, float] | None = None,
-    cohorts: Cohorts | None = None,
+    cohorts: Cohorts | None = None, bucket_rows: int = BUCKET_ROWS,
 ) -> ScoreSummary:
     """Score every partition on the cluster; write a partitioned Parquet directory. The
-    combined score is :func:`common.detectors.combine.combine` with ``weights``."""
+    combined score and ranks are :func:`common.detectors.combine.combine`'s with ``weights``,
+    computed on the cluster (``participant.dask_ranks``, buckets of ``bucket_rows``)."""
     import dask.dataframe as dd
 
     output = Path(output)
@@ -221,33 +228,34 @@ def score_dataset(
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ValueError(f"output {output} exists; give a new directory name")
     files = _files(source)
-    names = [f"score_{n}" for n in detectors]
-    with dask_client(scheduler) as client:
-        [remote] = client.scatter([dict(detectors)], broadcast=True)
-        parts = client.map(partition_scores, files, spec=source.spec,
-                           chunk_rows=source.chunk_rows, detectors=remote, cohorts=cohorts,
-                           pure=False)
-        first_error(parts)
-        pieces = client.gather(client.map(_scores_and_report, parts, names=names))
-        report = merge_reports(str(source.path), [r for _, r in pieces])
-        n = report.rows
-        if n == 0:
-            raise ValueError(f"{source.path}: no records to score")
-        scores = {name: np.concatenate([s[:, j] for s, _ in pieces])
-                  for j, name in enumerate(detectors)}
-        combined, rank = combine(scores, weights)
-        k = flag_count(n, contamination=contamination, top_k=top_k)
-        bounds = np.cumsum([0] + [len(s) for s, _ in pieces])
-        key_name = source.spec.id_column or "row"
-        done = [client.submit(finish_partition, part, key_name, int(a) + 1, combined[a:b],
-                              rank[a:b], k, pure=False)
-                for part, a, b in zip(parts, bounds[:-1], bounds[1:], strict=True)]
-        dd.from_delayed(done, verify_meta=False).to_parquet(
-            output, write_index=False, compute_kwargs={"scheduler": client})
+    scratch = output.parent / f".{output.name}.ranks-{uuid.uuid4().hex}"
+    try:
+        with dask_client(scheduler) as client:
+            [remote] = client.scatter([dict(detectors)], broadcast=True)
+            parts = client.map(partition_scores, files, spec=source.spec,
+                               chunk_rows=source.chunk_rows, detectors=remote, cohorts=cohorts,
+                               pure=False)
+            first_error(parts)
+            sized = client.gather(client.map(_size_and_report, parts, pure=False))
+            sizes = [size for size, _ in sized]
+            report = merge_reports(str(source.path), [r for _, r in sized])
+            n = report.rows
+            if n == 0:
+                raise ValueError(f"{source.path}: no records to score")
+            k = flag_count(n, contamination=contamination, top_k=top_k)
+            combined, rank = combined_ranks(client, parts, sizes, shares(detectors, weights),
+                                            scratch, bucket_rows)
+            firsts = np.cumsum([1] + sizes)
+            key_name = source.spec.id_column or "row"
+            done = client.map(finish_partition, parts, firsts[:-1].tolist(), combined, rank,
+                              key_name=key_name, k=k, pure=False)
+            dd.from_delayed(done, verify_meta=False).to_parquet(
+                output, write_index=False, compute_kwargs={"scheduler": client})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     source.report = report
     return ScoreSummary(rows=n, flagged=k, output=str(output), clipped=report.clipped_total)
 
 
-def _scores_and_report(part: tuple[pd.DataFrame, DataReport],
-                       names: list[str]) -> tuple[np.ndarray, DataReport]:
-    return part[0][names].to_numpy(dtype=np.float64), part[1]
+def _size_and_report(part: tuple[pd.DataFrame, DataReport]) -> tuple[int, DataReport]:
+    return len(part[0]), part[1]

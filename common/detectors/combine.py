@@ -64,6 +64,26 @@ def average_ranks(x: Floats) -> Floats:
     return ranks
 
 
+def shares(names: Collection[str], weights: Mapping[str, float] | None) -> dict[str, float]:
+    """Each detector's share of the combined score, in ``names`` order, zero shares left out.
+
+    ``weights`` (one per detector, non-negative, not all 0) default to equal weights;
+    detectors absent from ``weights`` weigh 0.
+    """
+    w = {name: 1.0 for name in names} if weights is None else {
+        name: float(weights.get(name, 0.0)) for name in names}
+    total = sum(w.values())
+    if any(v < 0 or not math.isfinite(v) for v in w.values()) or not total > 0:
+        raise ValueError(f"weights must be finite, non-negative and not all 0, got {w}")
+    return {name: v / total for name, v in w.items() if v}
+
+
+def mix(combined: Floats, share: float, ranks: Floats, n: int) -> None:
+    """Add one detector's rank percentiles (``ranks / n``) at ``share`` to ``combined``, in
+    place: every engine adds them this way, in the same order, so the bits agree."""
+    combined += share * ranks / n
+
+
 def combine(scores: Mapping[str, Floats],
             weights: Mapping[str, float] | None = None) -> tuple[Floats, Ranks]:
     """Weighted mean rank percentile over detectors, and the 1-based rank (1 = most outlying).
@@ -72,15 +92,9 @@ def combine(scores: Mapping[str, Floats],
     equal weights, the plain mean of ranks. Detectors absent from ``weights`` weigh 0.
     """
     n = len(next(iter(scores.values())))
-    w = {name: 1.0 for name in scores} if weights is None else {
-        name: float(weights.get(name, 0.0)) for name in scores}
-    total = sum(w.values())
-    if any(v < 0 or not math.isfinite(v) for v in w.values()) or not total > 0:
-        raise ValueError(f"weights must be finite, non-negative and not all 0, got {w}")
     combined = np.zeros(n, dtype=np.float64)
-    for name, s in scores.items():
-        if w[name]:
-            combined += (w[name] / total) * average_ranks(np.asarray(s, dtype=np.float64)) / n
+    for name, share in shares(scores, weights).items():
+        mix(combined, share, average_ranks(np.asarray(scores[name], dtype=np.float64)), n)
     order = np.argsort(-combined, kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(1, n + 1)

@@ -4,15 +4,18 @@ exact histograms byte-identical to the in-process engine, same errors, same scor
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from distributed import Client
 
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.detectors import GridKNN, LSHiTables
+from common.detectors.combine import combine, shares
 from common.errors import SchemaMismatch
 from participant import contribute as rel
-from participant import engine_dask
+from participant import dask_ranks, engine_dask
 from participant.data import DataSource, DataSpec
 from participant.dataset import DatasetSource, dataset_files, open_source
 from participant.scoring import score_source
@@ -108,7 +111,8 @@ def test_a_malformed_partition_fails_with_the_in_process_error(tmp_path, schedul
     assert f"column 'b': {problem}; first bad rows: 58" in str(remote.value)
 
 
-def test_scores_equal_the_in_process_scores(tmp_path, scheduler):
+@pytest.mark.parametrize("bucket_rows", [engine_dask.BUCKET_ROWS, 300])
+def test_scores_equal_the_in_process_scores(tmp_path, scheduler, bucket_rows):
     config = config_for("dense")
     folder = write_dataset(tmp_path / "ds", keys=True)
     spec = DataSpec.from_config(config, id_column="pid")
@@ -121,9 +125,10 @@ def test_scores_equal_the_in_process_scores(tmp_path, scheduler):
     local_out, dask_out = tmp_path / "local.parquet", tmp_path / "dask.parquet"
     expected = score_source(open_source(folder, spec), detectors, local_out, top_k=9)
     got = engine_dask.score_dataset(open_source(folder, spec), detectors, dask_out, top_k=9,
-                                    scheduler=scheduler)
+                                    scheduler=scheduler, bucket_rows=bucket_rows)
     assert (got.rows, got.flagged, got.clipped) == (expected.rows, 9, expected.clipped)
     assert len(list(dask_out.glob("*.parquet"))) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dask.parquet", "ds", "local.parquet"]
     assert pq.read_table(dask_out).to_pydict() == pq.read_table(local_out).to_pydict()
     with pytest.raises(ValueError, match="exists"):
         engine_dask.score_dataset(open_source(folder, spec), detectors, dask_out,
@@ -170,3 +175,46 @@ def test_a_cohort_rounds_exact_vector_on_dask_equals_in_process(tmp_path, schedu
         remote = open_source(folder, DataSpec.from_config(config))
         got = exact_vector(remote, protocol, state, scheduler=scheduler)
         assert got.tobytes() == expected.tobytes() and got.sum() > 0
+
+
+class Recording:
+    """A client that counts the numbers the cluster sends it through ``gather``."""
+
+    def __init__(self, client):
+        self.client, self.received = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def gather(self, futures, *args, **kwargs):
+        out = self.client.gather(futures, *args, **kwargs)
+        self.received += numbers_in(out)
+        return out
+
+
+def numbers_in(value):
+    if isinstance(value, list | tuple):
+        return sum(numbers_in(v) for v in value)
+    return int(np.size(value))
+
+
+def test_ranking_on_the_cluster_sends_the_client_no_per_record_data(tmp_path, scheduler):
+    rng = np.random.default_rng(11)
+    sizes = [30_000, 0, 25_000, 1, 24_999]
+    frames = [pd.DataFrame({"score_a": rng.integers(0, 200, n).astype(float),
+                            "score_b": rng.normal(size=n)}) for n in sizes]
+    weights = {"a": 1.0, "b": 3.0}
+    with Client(scheduler) as client:
+        parts = client.scatter([(frame, None) for frame in frames])
+        recording = Recording(client)
+        combined, rank = dask_ranks.combined_ranks(
+            recording, parts, sizes, shares(["a", "b"], weights), tmp_path / "scratch",
+            bucket_rows=8_000)
+        got_combined = np.concatenate(client.gather(combined))
+        got_rank = np.concatenate(client.gather(rank))
+    expected = combine({name: pd.concat(frames)[f"score_{name}"].to_numpy()
+                        for name in ("a", "b")}, weights)
+    assert got_combined.tobytes() == expected[0].tobytes()
+    assert got_rank.tolist() == expected[1].tolist()
+    assert 0 < recording.received < sum(sizes) / 10  # samples and per-bucket counts only
+    assert len(list((tmp_path / "scratch" / "combined").glob("bucket-*.npy"))) == 10
