@@ -33,7 +33,7 @@ def exact_vector(source: Source, protocol: RoundProtocol, state: CohortState, *,
         parts = client.map(partition_vector, _files(source), spec=source.spec,
                            chunk_rows=source.chunk_rows, protocol=protocol, state=state,
                            pure=False)
-        first_error(parts)
+        first_error(parts, f"cohort vector of {Path(source.path).name}", source.progress)
         vectors: list[NDArray[np.int64]] = client.gather(parts)  # type: ignore[no-untyped-call]
     total = np.zeros(protocol.size(state), dtype=np.int64)
     for vector in vectors:

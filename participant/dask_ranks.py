@@ -41,6 +41,7 @@ from distributed import Client, Future, wait
 
 from common.detectors import ranks
 from common.detectors.combine import mix
+from participant.progress import Progress
 
 SAMPLE = 256
 """Values each partition samples per pass for the cut points."""
@@ -159,19 +160,22 @@ def _mixed(combined: np.ndarray, average: np.ndarray, share: float, n: int) -> n
     return out
 
 
-def combined_ranks(client: Client, parts: Sequence[Future[Any]], sizes: Sequence[int],
-                   shares: Mapping[str, float], scratch: Path,
-                   bucket_rows: int = BUCKET_ROWS) -> tuple[list[Future[Any]], list[Future[Any]]]:
+def combined_ranks(
+    client: Client, parts: Sequence[Future[Any]], sizes: Sequence[int],
+    shares: Mapping[str, float], scratch: Path, bucket_rows: int = BUCKET_ROWS, *,
+    progress: bool = False,
+) -> tuple[list[Future[Any]], list[Future[Any]]]:
     """Futures of each partition's combined scores and ordinal ranks over the dataset, as
     :func:`common.detectors.combine.combine` computes them over the concatenated scores.
 
     ``parts`` are futures of ``(frame, report)`` with a ``score_<name>`` column per
     detector; ``sizes`` their record counts; ``shares`` from
     :func:`common.detectors.combine.shares`; ``scratch`` a new directory every worker
-    reaches.
+    reaches. With ``progress``, a line of sort passes done on stderr.
     """
     n = int(sum(sizes))
     scratch.mkdir()
+    bar = Progress("ranking", total=len(shares) + 1, enabled=progress, unit="passes")
     combined = [client.submit(np.zeros, size, dtype=np.float64, pure=False) for size in sizes]
     for i, (name, share) in enumerate(shares.items()):
         tallies, layouts = sort_pass(client, parts, f"score_{name}", n,
@@ -179,5 +183,8 @@ def combined_ranks(client: Client, parts: Sequence[Future[Any]], sizes: Sequence
         average = client.map(_average, tallies, layouts, pure=False)
         combined = client.map(_mixed, combined, average, share=share, n=n, pure=False)
         del tallies, average  # the worker frees them once the mix is done
+        bar.update(1)
     tallies, layouts = sort_pass(client, combined, None, n, scratch / "combined", bucket_rows)
+    bar.update(1)
+    bar.close()
     return combined, client.map(_ordinal, tallies, layouts, pure=False)

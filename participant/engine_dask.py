@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from distributed import Client, Future, LocalCluster, wait
+from distributed import Client, Future, LocalCluster, as_completed
 
 from common.detectors.combine import shares
 from common.grid import GridSpec
@@ -47,6 +47,7 @@ from participant.contribute import exact_histograms as stream_histograms
 from participant.dask_ranks import BUCKET_ROWS, combined_ranks
 from participant.data import DataReport, DataSource, DataSpec
 from participant.dataset import DatasetSource, dataset_files, merge_reports
+from participant.progress import Progress
 from participant.scoring import Detector, ScoreSummary, flag_count
 
 SPLIT_EVERY = 8
@@ -120,10 +121,14 @@ def add_partials(*parts: Partial) -> Partial:
     return total, merge_reports(parts[0][1].path, [r for _, r in parts])
 
 
-def first_error(futures: Sequence[Future[Any]]) -> None:
-    """Wait for every partition; raise the error of the first failed one in file order
-    (the one the in-process engine, reading the files in that order, would raise)."""
-    wait(futures)
+def first_error(futures: Sequence[Future[Any]], label: str = "", progress: bool = False) -> None:
+    """Wait for every partition, with a line of partitions done on stderr when ``progress``;
+    raise the error of the first failed one in file order (the one the in-process engine,
+    reading the files in that order, would raise)."""
+    bar = Progress(label, total=len(futures), enabled=progress, unit="partitions")
+    for _ in as_completed(futures):
+        bar.update(1)
+    bar.close()
     for future in futures:
         if future.status == "error":
             future.result()
@@ -150,7 +155,7 @@ def exact_histograms(
         parts = client.map(partition_counts, files, spec=source.spec,
                            chunk_rows=source.chunk_rows, family=family, grid=grid,
                            dense_grid=dense_grid, pure=False)
-        first_error(parts)
+        first_error(parts, f"counting {Path(source.path).name}", source.progress)
         counts, report = tree_sum(client, parts)
     report.path = str(source.path)
     source.report = report
@@ -170,7 +175,7 @@ def check_dataset(source: Source, *, scheduler: str | None = None) -> Source:
     with dask_client(scheduler) as client:
         parts = client.map(partition_report, _files(source), spec=source.spec,
                            chunk_rows=source.chunk_rows, pure=False)
-        first_error(parts)
+        first_error(parts, f"checking {Path(source.path).name}", source.progress)
         source.report = merge_reports(str(source.path), client.gather(parts))
     return source
 
@@ -235,7 +240,7 @@ def score_dataset(
             parts = client.map(partition_scores, files, spec=source.spec,
                                chunk_rows=source.chunk_rows, detectors=remote, cohorts=cohorts,
                                pure=False)
-            first_error(parts)
+            first_error(parts, f"scoring {Path(source.path).name}", progress)
             sized = client.gather(client.map(_size_and_report, parts, pure=False))
             sizes = [size for size, _ in sized]
             report = merge_reports(str(source.path), [r for _, r in sized])
@@ -244,7 +249,7 @@ def score_dataset(
                 raise ValueError(f"{source.path}: no records to score")
             k = flag_count(n, contamination=contamination, top_k=top_k)
             combined, rank = combined_ranks(client, parts, sizes, shares(detectors, weights),
-                                            scratch, bucket_rows)
+                                            scratch, bucket_rows, progress=progress)
             firsts = np.cumsum([1] + sizes)
             key_name = source.spec.id_column or "row"
             done = client.map(finish_partition, parts, firsts[:-1].tolist(), combined, rank,

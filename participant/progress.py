@@ -1,4 +1,5 @@
-"""A minimal progress line on stderr (no dependency): rows done, and percent when known."""
+"""A minimal progress line on stderr (no dependency): rows (or other units) done, and percent
+when known."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ class Progress:
         enabled: bool = True,
         stream: TextIO | None = None,
         interval: float = 0.5,
+        unit: str = "rows",
     ) -> None:
         self.label = label
+        self.unit = unit
         self.total = total
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
@@ -44,7 +47,8 @@ class Progress:
     def _draw(self, end: str = "") -> None:
         pct = f" {min(self.fraction, 1.0) * 100:5.1f}%" if self.fraction is not None else ""
         rate = self.rows / max(time.monotonic() - self._start, 1e-9)
-        self.stream.write(f"\r{self.label}:{pct} {self.rows:,} rows ({rate:,.0f} rows/s){end}")
+        self.stream.write(f"\r{self.label}:{pct} {self.rows:,} {self.unit} "
+                          f"({rate:,.0f} {self.unit}/s){end}")
         self.stream.flush()
 
     def close(self) -> None:

@@ -218,3 +218,20 @@ def test_ranking_on_the_cluster_sends_the_client_no_per_record_data(tmp_path, sc
     assert got_rank.tolist() == expected[1].tolist()
     assert 0 < recording.received < sum(sizes) / 10  # samples and per-bucket counts only
     assert len(list((tmp_path / "scratch" / "combined").glob("bucket-*.npy"))) == 10
+
+
+def test_long_work_on_the_cluster_shows_partitions_and_passes_done(tmp_path, scheduler, capsys):
+    config = config_for("dense")
+    folder = write_dataset(tmp_path / "ds")
+    spec = DataSpec.from_config(config)
+    exact = engine_dask.exact_histograms(open_source(folder, spec, progress=True),
+                                         config.lsh_family(), config.grid_spec(),
+                                         dense_grid=True, scheduler=scheduler)
+    detectors = {"lsh": LSHiTables.from_histogram(config.lsh_family(), exact.lsh),
+                 "grid": GridKNN.from_counts(config.grid_spec(), exact.grid_dense, k=5)}
+    engine_dask.score_dataset(open_source(folder, spec), detectors, tmp_path / "s.parquet",
+                              progress=True, scheduler=scheduler)
+    err = capsys.readouterr().err
+    assert "counting ds: 100.0% 4 partitions" in err
+    assert "scoring ds: 100.0% 4 partitions" in err
+    assert "ranking: 100.0% 3 passes" in err  # one per detector, one for the combined score
