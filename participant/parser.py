@@ -111,7 +111,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--fingerprint", required=True, metavar="sha256:HEX",
                    help="coordinator key fingerprint, obtained out of band")
     p.add_argument("--token-file", metavar="FILE", help="file holding the credential")
-    p.add_argument("--token", help="credential (prefer --token-file or FEDOD_PARTICIPANT_TOKEN)")
+    p.add_argument("--token", help="credential (prefer --token-file or FEDOD_PARTICIPANT_TOKEN; "
+                   "one starting with '-' is written --token=VALUE)")
     p.add_argument("--epsilon-cap", required=True, metavar="EPS",
                    help="local epsilon cap over all releases; no config can raise it")
     p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")

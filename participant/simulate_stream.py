@@ -154,8 +154,8 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
                                                      "delta_cap": "0.001"}).json()
             api.post(f"/v1/studies/{STUDY}/members", json={"participant": name})
             subprocess.run([*cli, "--state", str(workdir / name / "state"), "enrol",
-                            "--coordinator", url, "--fingerprint", fingerprint, "--token",
-                            doc["token"], "--epsilon-cap", cap, "--delta-cap", "0.001",
+                            "--coordinator", url, "--fingerprint", fingerprint,
+                            f"--token={doc['token']}", "--epsilon-cap", cap, "--delta-cap", "0.001",
                             "--max-release-epsilon", cap], check=True, capture_output=True)
         Zt = to_ball(Xt, lo, hi, params.radius_x)
         table = []

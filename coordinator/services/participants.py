@@ -45,11 +45,20 @@ def list_participants(session: Session) -> list[Participant]:
     return list(session.scalars(select(Participant).order_by(Participant.name)))
 
 
+def new_token() -> str:
+    """A random credential (32 bytes, URL-safe base64) that does not start with ``-``: the
+    participant passes it on a command line, where ``--token -x...`` reads as an option
+    (one token in 64 did). Rejection keeps it uniform over the rest (about 255.98 bits)."""
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
+
+
 def create_participant(session: Session, name: str, cap: PrivacyBudget) -> tuple[Participant, str]:
     """Enrol ``name`` with a budget cap; return it and its credential (shown once)."""
     if session.scalar(select(Participant.id).where(Participant.name == name)) is not None:
         raise Conflict(f"a participant named {name!r} already exists; pick another name")
-    token = secrets.token_urlsafe(32)
+    token = new_token()
     eps, delta = cap.to_units()
     participant = Participant(
         name=name,

@@ -196,3 +196,15 @@ def test_model_etag_changes_when_a_key_rotation_resigns_the_config(
     r = client.get("/v1/studies/s1/model", headers={**h1.headers, "If-None-Match": before})
     assert r.status_code == 200 and r.headers["etag"] == '"s1-2-0"'
     assert r.json()["config_version"] == 2
+
+
+def test_credentials_never_start_with_a_dash(monkeypatch):
+    """A participant passes its credential on a command line, where ``--token -x...`` reads
+    as an option: one ``token_urlsafe`` in 64 starts with '-' and is drawn again."""
+    from coordinator.services import participants
+
+    assert not any(participants.new_token().startswith("-") for _ in range(2000))
+    drawn = iter(["-first", "-second", "third"])
+    monkeypatch.setattr(participants.secrets, "token_urlsafe", lambda n: next(drawn))
+    assert participants.new_token() == "third"
+

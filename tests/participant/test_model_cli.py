@@ -108,3 +108,11 @@ def test_progress_writes_one_rewritten_line_to_the_stream():
     bar.close()
     text = stream.getvalue()
     assert "\rreading x:  50.0% 100 rows" in text and text.endswith("\n")
+
+
+def test_a_credential_starting_with_a_dash_parses_as_token_equals():
+    from participant.parser import build_parser
+
+    args = build_parser("").parse_args(["enrol", "--coordinator", "http://c", "--fingerprint",
+                                        "sha256:x", "--token=-abc_", "--epsilon-cap", "1"])
+    assert args.token == "-abc_"
