@@ -53,10 +53,18 @@ MAX_BUCKETS = 4096
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one partition's resolved rows are: ``(file, start, stop)`` per bucket."""
+    """Where one partition's resolved rows are: ``files[b][starts[b]:stops[b]]`` for each
+    bucket ``b`` (the file names are shared by every partition's layout)."""
 
-    slices: list[tuple[str, int, int]]
+    files: list[str]
+    starts: np.ndarray
+    stops: np.ndarray
     nan_first: int
+
+    @property
+    def slices(self) -> list[tuple[str, int, int]]:
+        return [(f, int(a), int(b)) for f, a, b in zip(self.files, self.starts, self.stops,
+                                                      strict=True)]
 
 
 def _save(path: Path, array: np.ndarray) -> None:
@@ -146,11 +154,9 @@ def sort_pass(
     nan_first = int(offsets[-1])
     layouts, starts = [], np.zeros(len(outputs), dtype=np.int64)
     for bounds, _, nan_count in shapes:
-        sizes = np.diff(bounds)
-        layouts.append(Layout([(out, int(a), int(a + s)) for out, a, s
-                               in zip(outputs, starts, sizes, strict=True)], nan_first))
-        starts += sizes
-        nan_first += nan_count
+        stops = starts + np.diff(bounds)
+        layouts.append(Layout(outputs, starts, stops, nan_first))
+        starts, nan_first = stops, nan_first + nan_count
     return tallies, layouts
 
 
