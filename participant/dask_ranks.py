@@ -68,9 +68,15 @@ class Layout:
 
 
 def _save(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` to ``path`` under a temporary name, then rename it."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, array)
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+    except (FileNotFoundError, PermissionError) as exc:
+        raise OSError(f"cannot write the ranking's scratch file {path} on this Dask worker "
+                      f"({exc.strerror}): the output directory's parent must be on storage "
+                      "every worker can write (docs/DASK.md)") from exc
     os.replace(tmp, path)
 
 
@@ -180,7 +186,7 @@ def combined_ranks(
     reaches. With ``progress``, a line of sort passes done on stderr.
     """
     n = int(sum(sizes))
-    scratch.mkdir()
+    scratch.mkdir(parents=True)
     bar = Progress("ranking", total=len(shares) + 1, enabled=progress, unit="passes")
     combined = [client.submit(np.zeros, size, dtype=np.float64, pure=False) for size in sizes]
     for i, (name, share) in enumerate(shares.items()):

@@ -229,9 +229,17 @@ def test_long_work_on_the_cluster_shows_partitions_and_passes_done(tmp_path, sch
                                          dense_grid=True, scheduler=scheduler)
     detectors = {"lsh": LSHiTables.from_histogram(config.lsh_family(), exact.lsh),
                  "grid": GridKNN.from_counts(config.grid_spec(), exact.grid_dense, k=5)}
-    engine_dask.score_dataset(open_source(folder, spec), detectors, tmp_path / "s.parquet",
-                              progress=True, scheduler=scheduler)
+    out = tmp_path / "new" / "s.parquet"  # a parent that does not exist yet is made
+    engine_dask.score_dataset(open_source(folder, spec), detectors, out, progress=True,
+                              scheduler=scheduler)
+    assert len(list(out.glob("*.parquet"))) == 4 and [p.name for p in out.parent.iterdir()] == [
+        "s.parquet"]
     err = capsys.readouterr().err
     assert "counting ds: 100.0% 4 partitions" in err
     assert "scoring ds: 100.0% 4 partitions" in err
     assert "ranking: 100.0% 3 passes" in err  # one per detector, one for the combined score
+
+
+def test_a_scratch_directory_workers_cannot_write_is_a_clear_error(tmp_path):
+    with pytest.raises(OSError, match="every worker can write"):
+        dask_ranks._save(tmp_path / "missing" / "part-0.npy", np.zeros(3))
