@@ -8,8 +8,9 @@ percentiles to its combined score (:func:`common.detectors.combine.mix`, in the 
 in-process engine, so the bits agree), and one more pass over the negated combined score
 gives the ordinal ranks. A pass:
 
-1. every partition sends a sorted sample of ``SAMPLE`` values and its count; this process
-   picks the cut points (one bucket per ``bucket_rows`` records);
+1. every partition sorts its values once into distinct values with counts (kept on its
+   worker) and sends a sorted sample of ``SAMPLE`` of them and its count; this process picks
+   the cut points (one bucket per ``bucket_rows`` records);
 2. every partition writes its distinct values with their counts (16 bytes each) to a scratch
    file and sends, per bucket, its slice bounds and record count;
 3. one task per bucket reads its slice of every partition's file (memory-mapped) and writes
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, wait
+from distributed import Client, Future
 
 from common.detectors import ranks
 from common.detectors.combine import mix
@@ -83,24 +84,28 @@ def _save(path: Path, array: np.ndarray) -> None:
 def _values(source: Any, column: str | None) -> np.ndarray:
     """A detector's scores from a partition's ``(frame, report)``, or (``column`` None) its
     negated combined scores: the ordinal ranks order them descending."""
-    values = source if column is None else source[0][column]
-    return np.asarray(-values if column is None else values.to_numpy(), dtype=np.float64)
+    if column is None:
+        negated: np.ndarray = np.negative(source)
+        return negated
+    scores: np.ndarray = source[0][column].to_numpy(dtype=np.float64)
+    return scores
 
 
-def _sample(source: Any, column: str | None, size: int) -> tuple[np.ndarray, int]:
-    values = _values(source, column)
-    return ranks.sample(values, size), int((~np.isnan(values)).sum())
+def _tally(source: Any, column: str | None) -> ranks.Tally:
+    """The partition's tally, kept on the worker."""
+    return ranks.tally(_values(source, column))
 
 
-def _tally(source: Any, path: str, column: str | None, cuts: np.ndarray) -> ranks.Tally:
-    """The partition's tally, kept on the worker; its entries written to ``path``."""
-    t = ranks.tally(_values(source, column), cuts)
+def _sample(t: ranks.Tally, size: int) -> tuple[np.ndarray, int]:
+    return ranks.sample(t, size), t.finite_count
+
+
+def _split(t: ranks.Tally, path: str, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Write the partition's entries to ``path``; its bucket bounds, records per bucket and
+    NaN count."""
     _save(Path(path), t.entries)
-    return t
-
-
-def _shape(t: ranks.Tally) -> tuple[np.ndarray, np.ndarray, int]:
-    return t.bounds, ranks.bucket_records(t), t.nan_count
+    b = ranks.bounds(t, cuts)
+    return b, ranks.bucket_records(t, b), t.nan_count
 
 
 def _slices(slices: Sequence[tuple[str, int, int]]) -> list[np.ndarray]:
@@ -127,13 +132,6 @@ def _ordinal(t: ranks.Tally, layout: Layout) -> np.ndarray:
     return ranks.ordinal_ranks_of(t, _resolved(layout))
 
 
-def _settled(futures: Sequence[Future[Any]]) -> None:
-    wait(futures)
-    for future in futures:
-        if future.status == "error":
-            future.result()
-
-
 def sort_pass(
     client: Client, sources: Sequence[Future[Any]], column: str | None, n: int, folder: Path,
     bucket_rows: int = BUCKET_ROWS,
@@ -142,13 +140,12 @@ def sort_pass(
     ``column``; ``n`` records in all): each partition's tally (on its worker) and where its
     resolved rows are."""
     folder.mkdir()
-    samples = client.gather(client.map(_sample, sources, column=column, size=SAMPLE,
-                                       pure=False))
+    tallies = client.map(_tally, sources, column=column, pure=False)
+    samples = client.gather(client.map(_sample, tallies, size=SAMPLE, pure=False))
     buckets = max(1, min(MAX_BUCKETS, math.ceil(n / bucket_rows)))
     cuts = ranks.cut_points(samples, buckets)
     inputs = [str(folder / f"part-{i}.npy") for i in range(len(sources))]
-    tallies = client.map(_tally, sources, inputs, column=column, cuts=cuts, pure=False)
-    shapes = client.gather(client.map(_shape, tallies, pure=False))
+    shapes = client.gather(client.map(_split, tallies, inputs, cuts=cuts, pure=False))
     per_bucket = np.sum([records for _, records, _ in shapes], axis=0)
     offsets = np.concatenate([[0], np.cumsum(per_bucket)])
     outputs = [str(folder / f"bucket-{b}.npy") for b in range(cuts.size + 1)]
@@ -156,7 +153,7 @@ def sort_pass(
                                          for f, (bounds, _, _) in zip(inputs, shapes, strict=True)],
                               int(offsets[b]), out, pure=False)
                 for b, out in enumerate(outputs)]
-    _settled(resolved)
+    client.gather(resolved)  # every bucket written (a failed one raises its error)
     nan_first = int(offsets[-1])
     layouts, starts = [], np.zeros(len(outputs), dtype=np.int64)
     for bounds, _, nan_count in shapes:

@@ -6,10 +6,11 @@ each NaN its own rank, as numpy sorts) and the 1-based ordinal rank of the combi
 (descending, ties in dataset order). When the records lie in partitions on a cluster, the
 same numbers come out of a sample sort over value ranges ("buckets"):
 
-1. each part sends a small sorted sample of its values (:func:`sample`); the cut points
+1. each part reduces its values to sorted distinct values with their counts (:func:`tally`,
+   its one sort) and sends a small sorted sample of them (:func:`sample`); the cut points
    between buckets come from the pooled samples (:func:`cut_points`);
-2. each part reduces its values to sorted distinct values with their counts, grouped by
-   bucket (:func:`tally`; :func:`bucket_records` is how many records each bucket holds);
+2. each part groups its entries by bucket (:func:`bounds`; :func:`bucket_records` is how
+   many records each bucket holds);
 3. each bucket merges the entries of every part that fall into it (:func:`resolve`): for
    each part's entry, how many values of the whole dataset are smaller (``start``), how many
    are smaller or equal (``end``) and how many equal ones lie in earlier parts
@@ -38,14 +39,6 @@ RESOLVED = np.dtype([("start", "<i8"), ("end", "<i8"), ("before", "<i8")])
 """For one entry: values smaller, values smaller or equal, equal values in earlier parts."""
 
 
-def sample(x: Floats, size: int) -> Floats:
-    """At most ``size`` of the non-NaN values of ``x``, sorted, at evenly spaced ranks."""
-    finite = np.sort(x[~np.isnan(x)])
-    if finite.size <= size:
-        return finite
-    return finite[(np.arange(size) * finite.size) // size]
-
-
 def cut_points(samples: Sequence[tuple[Floats, int]], buckets: int) -> Floats:
     """Sorted distinct cut values for at most ``buckets`` value ranges of similar record counts.
 
@@ -66,7 +59,7 @@ def cut_points(samples: Sequence[tuple[Floats, int]], buckets: int) -> Floats:
 
 @dataclass(frozen=True)
 class Tally:
-    """One part's values as sorted distinct entries, grouped by bucket."""
+    """One part's values as sorted distinct entries with their counts."""
 
     entries: NDArray[np.void]
     """:data:`ENTRY` rows, sorted by value."""
@@ -75,30 +68,45 @@ class Tally:
     fits: 4 bytes per record held between the passes)."""
     nan: NDArray[np.bool_]
     """Which records are NaN (not in any bucket)."""
-    bounds: Ints
-    """``entries[bounds[b]:bounds[b + 1]]`` fall into bucket ``b``."""
 
     @property
     def nan_count(self) -> int:
         return int(self.nan.sum())
 
+    @property
+    def finite_count(self) -> int:
+        return self.inverse.size
 
-def tally(x: Floats, cuts: Floats) -> Tally:
-    """The distinct non-NaN values of ``x`` with their counts, and each bucket's slice."""
+
+def tally(x: Floats) -> Tally:
+    """The distinct non-NaN values of ``x`` with their counts (the part's one sort)."""
     nan = np.isnan(x)
     values, inverse, counts = np.unique(x[~nan], return_inverse=True, return_counts=True)
     entries = np.empty(values.size, dtype=ENTRY)
     entries["value"], entries["count"] = values, counts
-    bucket = np.searchsorted(cuts, values, side="right")
-    bounds = np.searchsorted(bucket, np.arange(cuts.size + 2)).astype(np.int64)
     index = np.int32 if values.size < 2**31 else np.int64
-    return Tally(entries, inverse.reshape(-1).astype(index), nan, bounds)
+    return Tally(entries, inverse.reshape(-1).astype(index), nan)
 
 
-def bucket_records(t: Tally) -> Ints:
-    """How many of the part's records fall into each bucket."""
+def sample(t: Tally, size: int) -> Floats:
+    """At most ``size`` of the part's non-NaN values, sorted, at evenly spaced ranks."""
+    n = t.finite_count
+    ranks = np.arange(n) if n <= size else (np.arange(size) * n) // size
+    ends = np.cumsum(t.entries["count"])
+    return np.asarray(t.entries["value"][np.searchsorted(ends, ranks, side="right")],
+                      dtype=np.float64)
+
+
+def bounds(t: Tally, cuts: Floats) -> Ints:
+    """``t.entries[b[i]:b[i + 1]]`` fall into bucket ``i`` of the ``cuts``."""
+    bucket = np.searchsorted(cuts, t.entries["value"], side="right")
+    return np.searchsorted(bucket, np.arange(cuts.size + 2)).astype(np.int64)
+
+
+def bucket_records(t: Tally, b: Ints) -> Ints:
+    """How many of the part's records fall into each bucket of the bounds ``b``."""
     total = np.concatenate([[0], np.cumsum(t.entries["count"])])
-    return np.diff(total[t.bounds]).astype(np.int64)
+    return np.diff(total[b]).astype(np.int64)
 
 
 def resolve(pieces: Sequence[NDArray[np.void]], offset: int) -> list[NDArray[np.void]]:

@@ -15,15 +15,16 @@ from common.detectors.combine import average_ranks, combine
 def in_parts(x, splits, buckets, size=8):
     """Run the sample sort over ``x`` cut at ``splits``: every part's tally and its resolved
     rows (all buckets in order), and the NaN offset of each part, as the cluster would."""
-    parts = np.split(x, splits)
-    samples = [(ranks.sample(p, size), int((~np.isnan(p)).sum())) for p in parts]
+    tallies = [ranks.tally(p) for p in np.split(x, splits)]
+    samples = [(ranks.sample(t, size), t.finite_count) for t in tallies]
     cuts = ranks.cut_points(samples, buckets)
-    tallies = [ranks.tally(p, cuts) for p in parts]
-    per_bucket = np.sum([ranks.bucket_records(t) for t in tallies], axis=0)
+    bounds = [ranks.bounds(t, cuts) for t in tallies]
+    per_bucket = np.sum([ranks.bucket_records(t, b)
+                         for t, b in zip(tallies, bounds, strict=True)], axis=0)
     offsets = np.concatenate([[0], np.cumsum(per_bucket)])
-    resolved = [[] for _ in parts]
+    resolved = [[] for _ in tallies]
     for b in range(cuts.size + 1):
-        pieces = [t.entries[t.bounds[b]:t.bounds[b + 1]] for t in tallies]
+        pieces = [t.entries[bs[b]:bs[b + 1]] for t, bs in zip(tallies, bounds, strict=True)]
         for i, rows in enumerate(ranks.resolve(pieces, int(offsets[b]))):
             resolved[i].append(rows)
     nan_first = np.cumsum([int(offsets[-1])] + [t.nan_count for t in tallies])[:-1]
@@ -73,19 +74,29 @@ def test_the_combined_ranks_of_combine_come_out_of_the_passes():
 
 def test_buckets_hold_similar_record_counts_and_ties_collapse():
     rng = np.random.default_rng(3)
-    parts = [rng.uniform(size=4000) for _ in range(10)]
-    cuts = ranks.cut_points([(ranks.sample(p, 256), p.size) for p in parts], 10)
-    per_bucket = np.sum([ranks.bucket_records(ranks.tally(p, cuts)) for p in parts], axis=0)
+    tallies = [ranks.tally(rng.uniform(size=4000)) for _ in range(10)]
+    cuts = ranks.cut_points([(ranks.sample(t, 256), t.finite_count) for t in tallies], 10)
+    per_bucket = np.sum([ranks.bucket_records(t, ranks.bounds(t, cuts)) for t in tallies],
+                        axis=0)
     assert per_bucket.sum() == 40_000 and cuts.size == 9
     assert per_bucket.max() < 1.3 * 4000 and per_bucket.min() > 0.7 * 4000
     tied = np.where(rng.random(100_000) < 0.5, 1.0, rng.normal(size=100_000))
-    t = ranks.tally(tied, np.empty(0))
+    t = ranks.tally(tied)
     heavy = int((tied == 1.0).sum())
     assert t.entries.size == tied.size - heavy + 1  # the tied half is one entry
     assert t.entries["count"][t.entries["value"] == 1.0].tolist() == [heavy]
 
 
 def test_ordinal_ranks_refuse_nan():
-    t = ranks.tally(np.array([1.0, np.nan]), np.empty(0))
+    t = ranks.tally(np.array([1.0, np.nan]))
     with pytest.raises(ValueError, match="NaN"):
         ranks.ordinal_ranks_of(t, ranks.resolve([t.entries], 0)[0])
+
+
+@settings(deadline=None, max_examples=200)
+@given(values, st.integers(1, 20))
+def test_the_sample_is_the_sorted_values_at_evenly_spaced_ranks(xs, size):
+    x = np.array(xs, dtype=np.float64)
+    finite = np.sort(x[~np.isnan(x)])
+    expected = finite if finite.size <= size else finite[(np.arange(size) * finite.size) // size]
+    assert ranks.sample(ranks.tally(x), size).tolist() == expected.tolist()  # -0.0 == 0.0
