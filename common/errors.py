@@ -5,8 +5,10 @@ Our exception hierarchy::
     FedodError
     ├── InvalidInput                  bad data or parameters from a caller      (422)
     │   ├── SchemaMismatch            data or shape does not match the study schema
-    │   └── PayloadInvalid            encoded counts: base64, digest, dtype, shape, range
-    │       └── PayloadTooLarge       encoded or decoded counts over the size limit (413)
+    │   ├── PayloadInvalid            encoded counts: base64, digest, dtype, shape, range
+    │   │   ├── PayloadTooLarge       encoded or decoded counts over the size limit (413)
+    │   │   └── ReleaseOutOfBounds    a released value past its public poisoning bound
+    │   └── SumOverflow               a sum of releases would leave its integer range
     ├── NotFound                      unknown study, participant, contribution  (404)
     ├── Conflict                                                                  (409)
     │   ├── BudgetExceeded            the release would take spending past the cap
@@ -59,6 +61,14 @@ class PayloadTooLarge(PayloadInvalid):
     """Encoded or decompressed counts larger than the configured limit."""
 
     status_code = 413
+
+
+class ReleaseOutOfBounds(PayloadInvalid):
+    """A released value outside what an honest release can hold (public bound + noise tail)."""
+
+
+class SumOverflow(InvalidInput):
+    """Summing releases would leave the integer range; nothing is summed (never a wrap)."""
 
 
 class NotFound(FedodError):
