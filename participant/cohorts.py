@@ -24,11 +24,12 @@ from typing import Any, Literal
 import numpy as np
 
 from common.budget import PrivacyBudget
+from common.cohorts.mechanism import RoundMechanism
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState, RoundProtocol
-from common.cohorts.study import protocol_for
+from common.cohorts.study import protocol_of
 from common.config import StudyConfig
-from common.errors import BudgetExceeded, ConfigError
+from common.errors import BudgetExceeded, ConfigError, Conflict
 from participant import policy
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
@@ -42,7 +43,7 @@ log = logging.getLogger("fedod.participant")
 def _setup(config: StudyConfig) -> RoundProtocol:
     if config.cohorts is None:
         raise ConfigError(f"study {config.study_id!r} has no cohorts section: no cohort rounds")
-    return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
+    return protocol_of(config)
 
 
 def _exact(protocol: RoundProtocol, state: CohortState, source: Any,
@@ -65,19 +66,22 @@ def _exact(protocol: RoundProtocol, state: CohortState, source: Any,
 
 
 def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortState,
-                 spent: PrivacyBudget) -> PrivacyBudget:
+                 spent: PrivacyBudget) -> RoundMechanism:
     """Refuse, before anything is read or drawn, a round the signed config does not allow:
-    past the method's last round, a malformed public state, or one that would take this
-    study's cohort spending past the signed cohort budget (epsilon and, with Gaussian
-    noise, the declared delta). Returns the round's cost."""
+    past the method's last round, a malformed public state, a round index or DPM level
+    outside the public plan, or one that would take this study's cohort spending past the
+    signed cohort budget (epsilon and, with Gaussian noise, the declared delta). Returns the
+    round's mechanism: the one object that both noises the round and says its cost
+    (:meth:`~common.cohorts.protocol.RoundProtocol.mechanism`)."""
     assert config.cohorts is not None
     number = state.done + 1
     try:
         if not 1 <= number <= protocol.rounds:
             raise ValueError(f"the method has at most {protocol.rounds} rounds")
-        cost = protocol.cost(state)
+        mechanism = protocol.mechanism(state)
+        cost = mechanism.cost
         protocol.exact(state, np.empty((0, len(config.features))))
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, ArithmeticError) as exc:
         raise ConfigError(f"the coordinator's cohort round {number} of {config.study_id!r} is "
                           f"not one the signed config allows ({exc}); nothing was drawn") from exc
     allowed = config.cohorts.cap()
@@ -87,7 +91,7 @@ def _check_round(config: StudyConfig, protocol: RoundProtocol, state: CohortStat
             f"{spent + cost}, past the signed cohort epsilon {allowed.epsilon} (delta "
             f"{allowed.delta}); nothing was drawn",
             spent=spent, asked=cost, cap=allowed, source="signed cohort budget")
-    return cost
+    return mechanism
 
 
 def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: int,
@@ -100,7 +104,8 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
         earlier = [e for e in ledger.entries(study=study)
                    if e.idempotency_key.startswith(prefix) and e.idempotency_key != key]
         spent = sum((e.cost for e in earlier), PrivacyBudget.zero())
-        cost = _check_round(config, protocol, state, spent)
+        mechanism = _check_round(config, protocol, state, spent)
+        cost = mechanism.cost
         policy.check_ceiling(cost, enrolment.ceiling)
         known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
         if known and known[0].status not in ("intended", "abandoned"):  # those never left
@@ -112,7 +117,7 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
             agent._check_coordinator_budget(client, cost)
             ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
                            config_digest="", cost=cost, cap=enrolment.cap)
-        noisy = protocol.release(_exact(protocol, state, source, options), state)
+        noisy = mechanism.release(_exact(protocol, state, source, options))
         body = {"idempotency_key": key, "config_version": config.version,
                 "epsilon": format(cost.epsilon.normalize(), "f"),
                 "delta": format(cost.delta.normalize(), "f"),
@@ -168,6 +173,10 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
         give_up = time.monotonic() + wait
         while True:
             doc = _cohorts_doc(client, study)
+            if doc["status"] == "failed":
+                reason = (doc["history"] or [{}])[-1].get("detail")
+                raise Conflict(f"the cohort run of {study!r} failed and released no model: "
+                               f"{reason}")
             model = model_from_doc(doc)
             if model is not None:
                 write_private(agent.state.study_dir(study) / MODEL_FILE, model.to_json().encode())

@@ -55,9 +55,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from common.cohorts.dpm_plan import DPMPlan, Leaf, TreeState, node_dims, tree_state
-from common.cohorts.gaussian import add_discrete_gaussian
+from common.cohorts.mechanism import dpm_leaves, dpm_level
 from common.cohorts.model import CohortModel, Condition
-from common.release import add_discrete_laplace
 
 __all__ = ["LeafStatistics", "advance", "choose_split", "finish", "fit_federated",
            "leaf_statistics", "level_statistics", "release_leaves", "release_level"]
@@ -120,9 +119,11 @@ def level_statistics(X: ArrayLike, state: TreeState, plan: DPMPlan) -> Ints:
 
 
 def release_level(stats: ArrayLike, plan: DPMPlan, level: int) -> Ints:
-    """Discrete Laplace (OpenDP) of scale ``plan.m / eps_level`` on every interval."""
-    return add_discrete_laplace(np.asarray(stats, dtype=np.int64), plan.m,
-                                plan.budgets().levels[level])
+    """Discrete Laplace (OpenDP) of scale ``plan.m / eps_level`` on every interval; noise and
+    cost from one lookup (:func:`common.cohorts.mechanism.dpm_level`, which refuses a level
+    outside ``0 .. depth - 1``)."""
+    exact = np.asarray(stats, dtype=np.int64)
+    return dpm_level(plan, level, exact.size).release(exact)
 
 
 def choose_split(hists: Sequence[ArrayLike], dims: Sequence[int], starts: Sequence[int],
@@ -214,15 +215,13 @@ def leaf_statistics(X: ArrayLike, state: TreeState, plan: DPMPlan) -> LeafStatis
 def release_leaves(stats: LeafStatistics, plan: DPMPlan) -> LeafStatistics:
     """OpenDP noise: counts discrete Laplace at scale ``1 / eps_counts``; histograms discrete
     Laplace at ``d / eps_histograms`` or, with ``plan.leaf_noise == "gaussian"``, the
-    discrete Gaussian at L2 sensitivity ``sqrt(d)`` for ``(eps_histograms, leaf_delta)``."""
-    budget = plan.budgets()
-    counts = add_discrete_laplace(stats.counts, 1, budget.leaf_counts)
-    if plan.leaf_noise == "gaussian":
-        hists = add_discrete_gaussian(stats.histograms, plan.d, budget.leaf_histograms,
-                                      budget.leaf_delta)
-    else:
-        hists = add_discrete_laplace(stats.histograms, plan.d, budget.leaf_histograms)
-    return LeafStatistics(counts, hists)
+    discrete Gaussian at L2 sensitivity ``sqrt(d)`` for ``(eps_histograms, leaf_delta)``
+    (:func:`common.cohorts.mechanism.dpm_leaves`)."""
+    counts = np.asarray(stats.counts, dtype=np.int64)
+    hists = np.asarray(stats.histograms, dtype=np.int64)
+    mech = dpm_leaves(plan, counts.size, hists.size)
+    noisy_counts, noisy_hists = mech.split(mech.release(np.concatenate([counts, hists])))
+    return LeafStatistics(noisy_counts, noisy_hists)
 
 
 def _centre(h: Floats, a: int, j: int, plan: DPMPlan, floor: float) -> float:

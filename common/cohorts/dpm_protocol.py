@@ -9,6 +9,11 @@ and ``d``, scales ``1 / eps_counts`` and ``d / eps_histograms``), both noised by
 post-processing of the summed noisy vectors. A tree that stops early runs fewer rounds and
 each participant spends less than the study's cohort epsilon: every round is charged exactly
 what it releases (:meth:`DPMProtocol.cost`).
+
+The level a round noises and charges comes from the public state, so it is checked against
+the plan first (:meth:`DPMProtocol.mechanism`: a level in ``0 .. depth - 1`` equal to the
+round index, a known phase); noise and cost are then read from the one
+:class:`~common.cohorts.mechanism.RoundMechanism` of that level.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from common.budget import PrivacyBudget
 from common.cohorts import dpm
+from common.cohorts.bounds import ReleaseBounds, checked_sum, release_bounds
 from common.cohorts.dpm_plan import DPMPlan, TreeState, node_dims, tree_state
+from common.cohorts.mechanism import DEFAULT_MAX_RECORDS, RoundMechanism, dpm_leaves, dpm_level
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState
 
@@ -68,8 +75,9 @@ class DPMProtocol:
     """State data: ``tree`` (the public :class:`TreeState`), ``phase`` (``levels``, ``leaves``
     or ``done``) and, when done, ``summed`` (the summed noisy leaf release)."""
 
-    def __init__(self, plan: DPMPlan, seed: bytes) -> None:
-        self.plan, self.seed = plan, seed
+    def __init__(self, plan: DPMPlan, seed: bytes, max_records: int = DEFAULT_MAX_RECORDS
+                 ) -> None:
+        self.plan, self.seed, self.max_records = plan, seed, max_records
         self.rounds = plan.depth + 1
 
     def _state(self, done: int, tree: TreeState, participants: int,
@@ -85,7 +93,19 @@ class DPMProtocol:
         return CohortState(done, data, participants)
 
     def _tree(self, state: CohortState) -> TreeState:
+        """The state's tree, refused (``ValueError``) unless it partitions the box and its
+        level is one the plan has: ``0 .. depth - 1`` while levels run, at most ``depth``
+        after, and always the round index (one level per round, in order; the leaf round
+        keeps the level)."""
+        phase = state.data.get("phase")
+        if phase not in ("levels", "leaves", "done"):
+            raise ValueError(f"unknown DPM phase {phase!r}")
         tree = TreeState.from_json(json.dumps(state.data["tree"]))
+        top = self.plan.depth - 1 if phase == "levels" else self.plan.depth
+        if not 0 <= tree.level <= top:
+            raise ValueError(f"DPM level {tree.level} is outside the public plan (0 to {top})")
+        if tree.level != state.done - (phase == "done"):  # the leaf round keeps the level
+            raise ValueError(f"DPM level {tree.level} does not match round {state.done + 1}")
         check_partition(tree, self.plan)
         return tree
 
@@ -99,9 +119,19 @@ class DPMProtocol:
                        for j in node_dims(plan, tree.seed, leaf.path, tree.level))
         return len(tree.leaves) + sum(b - a for leaf in tree.leaves for a, b in leaf.support)
 
+    def mechanism(self, state: CohortState) -> RoundMechanism:
+        tree, size = self._tree(state), self.size(state)
+        if state.data["phase"] == "levels":
+            return dpm_level(self.plan, tree.level, size, self.max_records)
+        if state.data["phase"] == "done":
+            raise ValueError("the DPM tree is done: no round is left")
+        return dpm_leaves(self.plan, len(tree.leaves), size - len(tree.leaves), self.max_records)
+
+    def bounds(self, state: CohortState) -> ReleaseBounds:
+        return release_bounds(self.mechanism(state))
+
     def cost(self, state: CohortState) -> PrivacyBudget:
-        costs = self.plan.round_costs()  # the levels, then the leaf release
-        return costs[self._tree(state).level if state.data["phase"] == "levels" else -1]
+        return self.mechanism(state).cost
 
     def exact(self, state: CohortState, X: ArrayLike) -> Ints:
         tree = self._tree(state)
@@ -118,16 +148,10 @@ class DPMProtocol:
         return dpm.LeafStatistics(v[:n], v[n:])
 
     def release(self, exact: Ints, state: CohortState) -> Ints:
-        if state.data["phase"] == "levels":
-            return dpm.release_level(exact, self.plan, self._tree(state).level)
-        noisy = dpm.release_leaves(self._leaf_split(state, exact), self.plan)
-        return np.concatenate([noisy.counts, noisy.histograms]).astype(np.int64)
+        return self.mechanism(state).release(exact)
 
     def advance(self, state: CohortState, releases: Sequence[Ints]) -> CohortState:
-        size = self.size(state)
-        if any(np.shape(r) != (size,) for r in releases):
-            raise ValueError(f"round {state.done + 1} takes vectors of {size} values")
-        summed = np.sum([np.asarray(r, dtype=np.int64) for r in releases], axis=0)
+        summed = checked_sum(releases, self.bounds(state))
         if state.data["phase"] == "leaves":
             return self._state(state.done + 1, self._tree(state), len(releases),
                                [int(v) for v in summed])
@@ -135,12 +159,21 @@ class DPMProtocol:
         return self._state(state.done + 1, dpm.advance(self._tree(state), summed, plan),
                            len(releases))
 
+    def skip(self, state: CohortState) -> CohortState | None:
+        """A level that could not be used splits nothing: the tree moves to the next level
+        unchanged. The leaf round cannot be skipped (no model without it): None."""
+        tree = self._tree(state)
+        if state.data["phase"] != "levels":
+            return None
+        return self._state(state.done + 1, replace(tree, level=tree.level + 1),
+                           state.participants)
+
     def finished(self, state: CohortState) -> bool:
         return bool(state.data["phase"] == "done")
 
     def finish(self, state: CohortState) -> CohortModel:
         plan = replace(self.plan, participants=max(1, state.participants))
         tree = self._tree(state)
-        summed = self._leaf_split(replace(state, data={**state.data, "phase": "leaves"}),
-                                  state.data["summed"])
+        leaf_round = replace(state, done=state.done - 1, data={**state.data, "phase": "leaves"})
+        summed = self._leaf_split(leaf_round, state.data["summed"])
         return dpm.finish(tree, summed, plan)

@@ -25,8 +25,8 @@ each clipped coordinate is rounded to ``rint(x_j / step)`` *before* summing, so 
 the integer sums by at most ``S = sum_j max(|rint(lo_j/step)|, |rint(hi_j/step)|)`` in L1
 (rounding is monotone, so this bound is exact, not approximate).
 
-Noise, from OpenDP only (:func:`common.release.add_discrete_laplace`)
---------------------------------------------------------------------
+Noise, from OpenDP only (:mod:`common.cohorts.mechanism`)
+--------------------------------------------------------
 Counts: discrete Laplace of scale ``1 / eps_counts`` on every cluster. Sums: integer discrete
 Laplace of scale ``S / eps_sums`` on every cluster and coordinate, in grid units. One round
 costs ``eps_counts + eps_sums`` (basic composition). :func:`split_epsilon` splits a total
@@ -56,9 +56,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from common.budget import PrivacyBudget
+from common.cohorts.mechanism import kmeans_round
 from common.cohorts.plan import KMeansPlan, count_floor, split_epsilon
 from common.hashing import _as_bounds, _Sha256Stream
-from common.release import add_discrete_laplace
 
 __all__ = [
     "KMeansPlan",
@@ -161,17 +161,18 @@ def round_statistics(X: ArrayLike, centroids: ArrayLike, plan: KMeansPlan) -> Ro
 
 
 def release_round(stats: RoundStatistics, plan: KMeansPlan, round_index: int) -> RoundRelease:
-    """Noise ``stats`` with round ``round_index``'s budget (module docstring for the scales)."""
-    eps_counts, eps_sums = plan.budgets()[round_index]
-    counts = add_discrete_laplace(stats.counts, 1, eps_counts)
-    if plan.sum_noise == "gaussian":
-        from common.cohorts.gaussian import add_gaussian
+    """Noise ``stats`` with round ``round_index``'s budget (module docstring for the scales).
 
-        sums = add_gaussian(stats.sums, plan.sum_l2_sensitivity, eps_sums,
-                            plan.deltas()[round_index])
-    else:
-        sums = add_discrete_laplace(stats.sums, plan.sum_sensitivity, eps_sums)
-    return RoundRelease(sums=sums, counts=counts, cost=plan.costs()[round_index])
+    Noise and cost come from one lookup, :func:`common.cohorts.mechanism.kmeans_round`, which
+    refuses a round index outside ``0 .. rounds - 1`` (``ValueError``).
+    """
+    counts = np.asarray(stats.counts, dtype=np.int64)
+    mech = kmeans_round(plan, round_index, clusters=counts.size)
+    noisy = mech.release(np.concatenate([np.asarray(stats.sums, dtype=np.int64).ravel(),
+                                         counts]))
+    sums, noisy_counts = mech.split(noisy)
+    return RoundRelease(sums=sums.reshape(np.shape(stats.sums)), counts=noisy_counts,
+                        cost=mech.cost)
 
 
 def update_centroids(releases: Sequence[RoundRelease], previous: ArrayLike, plan: KMeansPlan,

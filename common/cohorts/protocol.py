@@ -4,7 +4,8 @@ A method is a :class:`RoundProtocol`: from a public :class:`CohortState` each pa
 computes an exact integer vector over its own records (:meth:`~RoundProtocol.exact`, additive
 over chunks of records), noises it once with the round's budget
 (:meth:`~RoundProtocol.release`, costing :meth:`~RoundProtocol.cost`); the coordinator sums
-the released vectors into the next state (:meth:`~RoundProtocol.advance`) and, once
+the released vectors into the next state (:meth:`~RoundProtocol.advance`; a round whose
+releases cannot be used is stepped over by :meth:`~RoundProtocol.skip`) and, once
 :meth:`~RoundProtocol.finished`, post-processes the state into the released
 :class:`~common.cohorts.model.CohortModel` (:meth:`~RoundProtocol.finish`). The number of
 rounds is at most :attr:`~RoundProtocol.rounds` (a tree may stop early). The HTTP and SQL
@@ -13,7 +14,11 @@ interface; :class:`KMeansProtocol` is DP-KCCM (:mod:`common.cohorts.kmeans`).
 
 Privacy: a round releases only :meth:`~RoundProtocol.release`'s output, whose sensitivity and
 noise each method states; everything in a :class:`CohortState` is computed from released
-values and public parameters (post-processing).
+values and public parameters (post-processing). Noise, cost and the poisoning bounds of a
+round come from one lookup, :meth:`~RoundProtocol.mechanism`
+(:mod:`common.cohorts.mechanism`), which refuses a round index or level outside the public
+plan; the coordinator sums releases with :func:`common.cohorts.bounds.checked_sum` (each
+release inside its bounds, no int64 wrap).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from common.budget import PrivacyBudget
 from common.cohorts import kmeans
+from common.cohorts.bounds import ReleaseBounds, checked_sum, release_bounds
+from common.cohorts.mechanism import DEFAULT_MAX_RECORDS, RoundMechanism, kmeans_round
 from common.cohorts.model import CohortModel
 from common.cohorts.plan import KMeansPlan, count_floor
 
@@ -35,7 +42,8 @@ __all__ = ["CohortState", "KMeansProtocol", "RoundProtocol"]
 
 Ints = NDArray[np.int64]
 MAX_ABS_VALUE = 2**62
-"""Largest magnitude of a released value the coordinator accepts (sums stay in int64)."""
+"""Largest magnitude the wire accepts for a released value (:mod:`common.cohorts.schemas`);
+the poisoning bounds of :mod:`common.cohorts.bounds` are far tighter."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,12 @@ class RoundProtocol(Protocol):
     def size(self, state: CohortState) -> int:
         """Length of the vector released from ``state``."""
 
+    def mechanism(self, state: CohortState) -> RoundMechanism:
+        """The round's noise, cost and honest range (``ValueError`` outside the plan)."""
+
+    def bounds(self, state: CohortState) -> ReleaseBounds:
+        """The range every entry of an honest release of the round lies in."""
+
     def cost(self, state: CohortState) -> PrivacyBudget:
         """What releasing the round that starts from ``state`` costs one participant."""
 
@@ -83,6 +97,10 @@ class RoundProtocol(Protocol):
 
     def advance(self, state: CohortState, releases: Sequence[Ints]) -> CohortState:
         """The coordinator's next state from the released vectors of one round."""
+
+    def skip(self, state: CohortState) -> CohortState | None:
+        """The next state when the round from ``state`` could not be used (its releases are
+        ignored, the public state keeps its last good value), or None if it cannot move on."""
 
     def finished(self, state: CohortState) -> bool:
         """True when no round is left: :meth:`finish` gives the model."""
@@ -96,11 +114,14 @@ class KMeansProtocol:
 
     Sensitivity (add/remove one record): counts 1, sums ``plan.sum_sensitivity`` in L1 or,
     with Gaussian sums, ``plan.sum_l2_sensitivity`` in L2 (:mod:`common.cohorts.kmeans`);
-    each part is noised by :func:`kmeans.release_round`.
+    each part is noised by :func:`common.cohorts.mechanism.kmeans_round`, after clipping to
+    the public record bound ``max_records``.
     """
 
-    def __init__(self, plan: KMeansPlan, seed: bytes, prune: bool = True) -> None:
+    def __init__(self, plan: KMeansPlan, seed: bytes, prune: bool = True,
+                 max_records: int = DEFAULT_MAX_RECORDS) -> None:
         self.plan, self.seed, self.prune = plan, seed, prune
+        self.max_records = max_records
         self.rounds = plan.rounds
 
     def start(self) -> CohortState:
@@ -112,8 +133,14 @@ class KMeansProtocol:
     def size(self, state: CohortState) -> int:
         return self.plan.n_centroids * (self.plan.lo.size + 1)
 
+    def mechanism(self, state: CohortState) -> RoundMechanism:
+        return kmeans_round(self.plan, state.done, self.max_records)
+
+    def bounds(self, state: CohortState) -> ReleaseBounds:
+        return release_bounds(self.mechanism(state))
+
     def cost(self, state: CohortState) -> PrivacyBudget:
-        return self.plan.costs()[state.done]
+        return self.mechanism(state).cost
 
     def _split(self, vector: ArrayLike) -> kmeans.RoundStatistics:
         v = np.asarray(vector, dtype=np.int64)
@@ -127,17 +154,21 @@ class KMeansProtocol:
         return np.concatenate([stats.sums.ravel(), stats.counts]).astype(np.int64)
 
     def release(self, exact: Ints, state: CohortState) -> Ints:
-        noisy = kmeans.release_round(self._split(exact), self.plan, state.done)
-        return np.concatenate([noisy.sums.ravel(), noisy.counts]).astype(np.int64)
+        return self.mechanism(state).release(exact)
 
     def advance(self, state: CohortState, releases: Sequence[Ints]) -> CohortState:
-        cost = self.cost(state)
-        parts = [kmeans.RoundRelease(s.sums, s.counts, cost)
-                 for s in (self._split(r) for r in releases)]
-        floor = count_floor(self.plan, state.done, len(parts))
-        cents, counts = kmeans.update_centroids(parts, state.data["centroids"], self.plan, floor)
+        mech = self.mechanism(state)
+        total = self._split(checked_sum(releases, release_bounds(mech)))
+        floor = count_floor(self.plan, state.done, len(releases))
+        cents, counts = kmeans.update_centroids(
+            [kmeans.RoundRelease(total.sums, total.counts, mech.cost)],
+            state.data["centroids"], self.plan, floor)
         return CohortState(state.done + 1, {"centroids": cents.tolist(),
-                                            "counts": counts.tolist()}, len(parts))
+                                            "counts": counts.tolist()}, len(releases))
+
+    def skip(self, state: CohortState) -> CohortState | None:
+        self.mechanism(state)  # a round inside the plan
+        return CohortState(state.done + 1, state.data, state.participants)
 
     def finished(self, state: CohortState) -> bool:
         return state.done >= self.rounds

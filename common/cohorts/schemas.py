@@ -12,7 +12,7 @@ from common.config import Delta, Epsilon
 
 __all__ = ["CohortReleaseCreate", "CohortRoundPublic", "CohortsPublic", "CohortStatus"]
 
-CohortStatus = Literal["not_started", "running", "done"]
+CohortStatus = Literal["not_started", "running", "done", "failed"]
 Value = Annotated[int, Field(strict=True, ge=-(2**62), le=2**62)]
 
 
@@ -28,14 +28,19 @@ class CohortReleaseCreate(BaseModel):
     delta: Delta = Field(default=Decimal(0), description="The round's delta: 0 except a DPM leaf "
                         "round with Gaussian leaf noise.")
     values: list[Value] = Field(min_length=1, max_length=1_000_000,
-                                description="The noisy integer vector of the round's method.")
+                                description="The noisy integer vector of the round's method; "
+                                "each value must lie within its public poisoning bound (record "
+                                "bound times one record's contribution plus the noise tail at "
+                                "2^-40), else 422.")
 
 
 class CohortRoundPublic(BaseModel):
     """One cohort round: who it waits for and who has sent."""
 
     number: int = Field(description="Round number, 1 to T.")
-    status: Literal["open", "done"]
+    status: Literal["open", "done", "failed"] = Field(
+        description="failed: the round's releases could not be used (reason in detail); the "
+        "next round starts from the last good state, or the run ends failed.")
     expected: list[str] = Field(description="Participants the round waits for.")
     sent: list[str] = Field(description="Participants whose noisy vector is stored.")
     detail: str | None = None

@@ -8,16 +8,31 @@ import numpy as np
 
 from common.cohorts.dpm_plan import DPMPlan
 from common.cohorts.dpm_protocol import DPMProtocol
+from common.cohorts.mechanism import DEFAULT_MAX_RECORDS
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import KMeansPlan
 from common.cohorts.protocol import KMeansProtocol, RoundProtocol
+from common.config import StudyConfig
+from common.secagg.params import AggregationParams
 
-__all__ = ["protocol_for"]
+__all__ = ["protocol_for", "protocol_of"]
+
+
+def protocol_of(config: StudyConfig) -> RoundProtocol:
+    """The protocol of a study config: its cohort section, box, seed and record bound
+    (``aggregation.max_records``, or its default when the config has no aggregation
+    section). ``ValueError`` for a study without cohorts."""
+    if config.cohorts is None:
+        raise ValueError(f"study {config.study_id!r} has no cohorts section")
+    records = (config.aggregation or AggregationParams()).max_records
+    return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed),
+                        max_records=records)
 
 
 def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
-                 seed: bytes) -> RoundProtocol:
-    """The protocol of a study's signed cohort parameters (public box and seed)."""
+                 seed: bytes, *, max_records: int = DEFAULT_MAX_RECORDS) -> RoundProtocol:
+    """The protocol of a study's signed cohort parameters (public box and seed) with the
+    public per-participant record bound ``max_records``."""
     if params.method == "kmeans":
         assert params.k is not None  # CohortParams requires it for k-means
         plan = KMeansPlan(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64),
@@ -25,7 +40,7 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
                           rounds=params.rounds, count_share=params.count_share,
                           resolution_bits=params.resolution_bits, schedule=params.schedule,
                           sum_noise=params.sum_noise, declared_n=params.declared_n)
-        return KMeansProtocol(plan, seed, params.prune)
+        return KMeansProtocol(plan, seed, params.prune, max_records)
     box = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
     dims = params.dims_per_node
     return DPMProtocol(DPMPlan(*box, epsilon=params.epsilon, depth=params.depth,
@@ -33,4 +48,4 @@ def protocol_for(params: CohortParams, lo: Sequence[float], hi: Sequence[float],
                                dims_per_node=None if dims is None else min(dims, len(lo)),
                                leaf_share=params.leaf_share, count_share=params.count_share,
                                min_size=params.min_size, leaf_noise=params.leaf_noise,
-                               declared_n=params.declared_n), seed)
+                               declared_n=params.declared_n), seed, max_records)

@@ -32,5 +32,7 @@ def cohorts_public(session: Session, study: Study) -> CohortsPublic:
     if not history:
         return base
     current = cohorts.rounds_of(session, study.id)[-1]
+    if current.status == "failed":  # the run could not go on: the reason is in its detail
+        return base.model_copy(update={"status": "failed"})
     return base.model_copy(update={"status": "running", "round": current.number,
                                    "state": CohortState.from_json(current.state).data})

@@ -4,10 +4,19 @@
     round r done ──► round r + 1 open, waiting for round r's senders ... round T done ──►
     the protocol's ``finish`` stored as the study's released CohortModel
 
-A release is checked (member expected, config version, claimed cost, vector length), then
-charged and stored in one transaction that holds the open round's row lock: the coordinator's
-ledger refuses over-cap releases (409) and a retry with the same key and values is answered
-from the stored row without a second charge. Rounds never advance on a clock.
+A release is checked (member expected, config version, round inside the public plan, claimed
+cost, vector length, every value inside its poisoning bound: :mod:`common.cohorts.bounds`,
+422 naming the bound), then charged and stored in one transaction that holds the open round's
+row lock: the coordinator's ledger refuses over-cap releases (409) and a retry with the same
+key and values is answered from the stored row without a second charge. Rounds never advance
+on a clock.
+
+Closing sums the stored releases with an overflow-checked int64 sum. If a closing step still
+fails (a release stored before the bounds existed, a sum that could pass int64, a
+non-finite model), the round ends ``failed`` with the reason, the state keeps its last good
+value and the next round opens from it (:meth:`~common.cohorts.protocol.RoundProtocol.skip`:
+a k-means round or DPM level is stepped over); a failed DPM leaf round ends the run
+``failed``. No stored state or model is ever non-finite.
 """
 
 from __future__ import annotations
@@ -16,21 +25,24 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
+from common.cohorts.model import CohortModel
 from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState, RoundProtocol
 from common.cohorts.schemas import CohortReleaseCreate
-from common.cohorts.study import protocol_for
+from common.cohorts.study import protocol_of
 from common.config import StudyConfig
 from common.errors import (
     BudgetExceeded,
     ConfigVersionConflict,
     Conflict,
+    FedodError,
     IdempotencyConflict,
     InvalidInput,
     NotFound,
@@ -50,8 +62,7 @@ def cohort_setup(study: Study) -> tuple[StudyConfig, CohortParams, RoundProtocol
     if config.cohorts is None:
         raise Conflict(f"study {study.id!r} has no cohorts section in its config: no cohort "
                        "rounds (create the study with a 'cohorts' section)")
-    protocol = protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
-    return config, config.cohorts, protocol
+    return config, config.cohorts, protocol_of(config)
 
 
 def rounds_of(session: Session, study_id: str) -> list[CohortRound]:
@@ -131,6 +142,13 @@ def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
             f"config version {body.config_version} is not the current version {config.version} "
             f"of study {config.study_id!r}; fetch the config again", current=config.version)
     state = CohortState.from_json(rnd.state)
+    try:
+        if state.done + 1 != rnd.number:
+            raise ValueError(f"its state is for round {state.done + 1}")
+        bounds = protocol.bounds(state)  # the plan's round: noise, cost and bounds in one
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Conflict(f"cohort round {rnd.number} is not one the signed config allows "
+                       f"({exc}); nothing was stored or charged") from exc
     cost = protocol.cost(state)
     claimed = PrivacyBudget(body.epsilon, body.delta)
     if claimed != cost:
@@ -140,6 +158,7 @@ def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
     if len(body.values) != size:
         raise InvalidInput(f"round {rnd.number} takes a vector of {size} values, got "
                            f"{len(body.values)}")
+    bounds.check(body.values, f"the release for cohort round {rnd.number}")
     return cost
 
 
@@ -197,17 +216,65 @@ def _close(session: Session, study: Study, protocol: RoundProtocol, rnd: CohortR
            detail: str) -> None:
     rows = session.scalars(select(CohortRelease).where(
         CohortRelease.study_id == study.id, CohortRelease.number == rnd.number))
-    releases = [np.asarray(json.loads(r.payload), dtype=np.int64) for r in rows]
-    state = protocol.advance(CohortState.from_json(rnd.state), releases)
-    rnd.status, rnd.detail, rnd.finished_at = "done", detail, utcnow()
-    if protocol.finished(state):
-        model = protocol.finish(state)
+    releases = [json.loads(r.payload) for r in rows]
+    before = CohortState.from_json(rnd.state)
+    rnd.finished_at = utcnow()
+    try:
+        state, model = _step(protocol, before, releases)
+    except (FedodError, ValueError, ArithmeticError) as exc:
+        rnd.status, rnd.detail = "failed", f"{detail}; the round failed and was not used: {exc}"
+        log.warning("cohort round failed", extra={"study": study.id, "round": rnd.number,
+                                                  "reason": str(exc)})
+        try:
+            state, model = _skip(protocol, before)
+        except (FedodError, ValueError, ArithmeticError) as again:
+            rnd.detail += f"; the run cannot go on: {again}"
+            return
+    else:
+        rnd.status, rnd.detail = "done", detail
+    if model is not None:
         config = study_config(study)
         assert config.cohorts is not None
         session.add(CohortResult(study_id=study.id, method=config.cohorts.method,
                                  model=model.to_json()))
         log.info("cohort model released", extra={"study": study.id, "k": model.k})
         return
+    _open_next(session, study, rnd, state)
+
+
+def _skip(protocol: RoundProtocol, state: CohortState
+          ) -> tuple[CohortState, CohortModel | None]:
+    """The state after stepping over a failed round (its last good value) and, if that was
+    the last round, the model from it."""
+    skipped = protocol.skip(state)
+    if skipped is None:
+        raise ValueError("this round cannot be stepped over (no model without it)")
+    return skipped, protocol.finish(skipped) if protocol.finished(skipped) else None
+
+
+def _step(protocol: RoundProtocol, state: CohortState, releases: list[list[int]]
+          ) -> tuple[CohortState, CohortModel | None]:
+    """The next state (checked sum of the releases) and, after the last round, the model;
+    raises if either would hold a non-finite value."""
+    after = protocol.advance(state, [np.asarray(r, dtype=np.int64) for r in releases])
+    text = after.to_json()  # Python's JSON writes NaN and Infinity: refuse them here
+    if any(not math.isfinite(v) for v in _floats(json.loads(text)["data"])):
+        raise ValueError("the next cohort state would hold a non-finite value")
+    model = protocol.finish(after) if protocol.finished(after) else None  # refuses non-finite
+    return after, model
+
+
+def _floats(value: object) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in _floats(v)]
+    if isinstance(value, list):
+        return [f for v in value for f in _floats(v)]
+    return []
+
+
+def _open_next(session: Session, study: Study, rnd: CohortRound, state: CohortState) -> None:
     session.add(CohortRound(study_id=study.id, number=rnd.number + 1,
                             config_version=rnd.config_version, status="open",
                             state=state.to_json(),

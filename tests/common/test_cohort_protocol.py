@@ -14,6 +14,7 @@ from common.cohorts import kmeans
 from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState, KMeansProtocol
 from common.cohorts.study import protocol_for
+from common.errors import ReleaseOutOfBounds
 from common.release import add_discrete_laplace
 
 LO, HI = [-4.0, 0.0, -10.0], [6.0, 2.0, 3.0]
@@ -60,11 +61,11 @@ def test_release_noises_counts_and_sums_at_their_stated_sensitivities(monkeypatc
         calls.append((np.asarray(values).shape, sensitivity, epsilon))
         return add_discrete_laplace(values, sensitivity, epsilon)
 
-    monkeypatch.setattr(kmeans, "add_discrete_laplace", spy)
+    monkeypatch.setattr("common.release.add_discrete_laplace", spy)
     exact = proto.exact(proto.start(), _data(2))
     noisy = proto.release(exact, CohortState(1, {}))
     eps_counts, eps_sums = proto.plan.budgets()[1]
-    assert calls == [((4,), 1, eps_counts), ((4, 3), proto.plan.sum_sensitivity, eps_sums)]
+    assert calls == [((12,), proto.plan.sum_sensitivity, eps_sums), ((4,), 1, eps_counts)]
     assert noisy.shape == exact.shape and not np.array_equal(noisy, exact)
 
 
@@ -124,7 +125,7 @@ def test_advance_and_finish_are_the_kmeans_update_and_fusion() -> None:
 @pytest.mark.parametrize("vector", [np.zeros(3, dtype=np.int64), np.zeros(17, dtype=np.int64)])
 def test_vectors_of_the_wrong_length_are_refused(vector) -> None:
     proto = _protocol()
-    with pytest.raises(ValueError, match="16 values"):
+    with pytest.raises(ReleaseOutOfBounds, match="16 values"):
         proto.advance(proto.start(), [vector])
 
 

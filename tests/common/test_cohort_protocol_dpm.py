@@ -16,6 +16,7 @@ from common.cohorts.dpm_protocol import DPMProtocol
 from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_for
+from common.errors import ReleaseOutOfBounds
 from common.release import add_discrete_laplace
 
 LO, HI = [0.0, 0.0, 0.0], [10.0, 10.0, 10.0]
@@ -82,7 +83,7 @@ def test_release_noises_each_round_at_its_stated_sensitivity(monkeypatch) -> Non
         calls.append((sensitivity, epsilon))
         return add_discrete_laplace(values, sensitivity, epsilon)
 
-    monkeypatch.setattr(dpm, "add_discrete_laplace", spy)
+    monkeypatch.setattr("common.release.add_discrete_laplace", spy)
     X = _parts()[0]
     state = proto.start()
     noisy = proto.release(proto.exact(state, X), state)
@@ -97,7 +98,7 @@ def test_release_noises_each_round_at_its_stated_sensitivity(monkeypatch) -> Non
 
 def test_wrong_lengths_are_refused() -> None:
     proto = _protocol()
-    with pytest.raises(ValueError, match="values"):
+    with pytest.raises(ReleaseOutOfBounds, match="values"):
         proto.advance(proto.start(), [np.zeros(3, dtype=np.int64)])
 
 

@@ -21,7 +21,7 @@ START = PROTOCOL.start()
 
 
 def test_a_round_the_config_allows_costs_its_share() -> None:
-    assert _check_round(CONFIG, PROTOCOL, START, PrivacyBudget.zero()) == PrivacyBudget("0.5")
+    assert _check_round(CONFIG, PROTOCOL, START, PrivacyBudget.zero()).cost == PrivacyBudget("0.5")
 
 
 @pytest.mark.parametrize("state", [
@@ -57,7 +57,7 @@ def test_gaussian_kmeans_rounds_fit_the_signed_delta_and_not_more() -> None:
     assert all(c.delta > 0 for c in costs)
     assert sum(costs, PrivacyBudget.zero()) == config.cohorts.cap()
     spent = costs[0] + costs[1]
-    assert _check_round(config, protocol, CohortState(2, state.data), spent) == costs[2]
+    assert _check_round(config, protocol, CohortState(2, state.data), spent).cost == costs[2]
     extra = PrivacyBudget(0, "1e-18")  # one quantum of delta more than the signed budget
     with pytest.raises(BudgetExceeded, match="signed cohort epsilon"):
         _check_round(config, protocol, CohortState(2, state.data), spent + extra)
@@ -84,7 +84,7 @@ def test_adaptive_round_the_local_cap_cannot_pay_is_refused_before_noise(tmp_pat
     def no_noise(*_: object) -> None:
         raise AssertionError("noise was drawn")
 
-    monkeypatch.setattr("common.cohorts.kmeans.add_discrete_laplace", no_noise)
+    monkeypatch.setattr("common.release.add_discrete_laplace", no_noise)
     agent = Agent(tmp_path / "state")
     enrolment = Enrolment("http://coord.test", "tok", "fp", epsilon_cap="1.25",
                           max_release_epsilon="1")
