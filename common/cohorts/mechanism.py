@@ -161,10 +161,14 @@ def kmeans_round(plan: KMeansPlan, round_index: int, max_records: int | None = N
     n_c, d = plan.n_centroids if clusters is None else clusters, plan.lo.size
     low = high = None
     if max_records is not None:
-        lo_u = np.rint(plan.lo / plan.step).astype(np.int64)
-        hi_u = np.rint(plan.hi / plan.step).astype(np.int64)
-        low = np.tile(max_records * np.minimum(lo_u, 0), n_c)
-        high = np.tile(max_records * np.maximum(hi_u, 0), n_c)
+        # exact Python ints: R times a grid coordinate may pass int64 (refused, never wrapped)
+        low_j = [max_records * min(int(v), 0) for v in np.rint(plan.lo / plan.step)]
+        high_j = [max_records * max(int(v), 0) for v in np.rint(plan.hi / plan.step)]
+        if max(high_j + [-v for v in low_j]) > 2**63 - 1:
+            raise ValueError(f"{max_records} records in one cluster may sum past int64; lower "
+                             "max_records or resolution_bits")
+        low = np.tile(np.array(low_j, dtype=np.int64), n_c)
+        high = np.tile(np.array(high_j, dtype=np.int64), n_c)
     if plan.sum_noise == "gaussian":
         sums = Part("sums", n_c * d, "gaussian", plan.sum_l2_sensitivity, eps_sums,
                     plan.deltas()[r], low, high)
