@@ -8,6 +8,7 @@ Our exception hierarchy::
     │   ├── PayloadInvalid            encoded counts: base64, digest, dtype, shape, range
     │   │   ├── PayloadTooLarge       encoded or decoded counts over the size limit (413)
     │   │   └── ReleaseOutOfBounds    a released value past its public poisoning bound
+    │   │       └── SecureSumRejected a revealed secure sum honest members cannot produce
     │   └── SumOverflow               a sum of releases would leave its integer range
     ├── NotFound                      unknown study, participant, contribution  (404)
     ├── Conflict                                                                  (409)
@@ -65,6 +66,10 @@ class PayloadTooLarge(PayloadInvalid):
 
 class ReleaseOutOfBounds(PayloadInvalid):
     """A released value outside what an honest release can hold (public bound + noise tail)."""
+
+
+class SecureSumRejected(ReleaseOutOfBounds):
+    """A revealed secure sum outside its public structure (cell range, table totals)."""
 
 
 class SumOverflow(InvalidInput):
