@@ -15,7 +15,9 @@ Exit codes:
     5  privacy budget refused (local cap, per-release ceiling, or the coordinator's ledger)
     6  coordinator unavailable after retries (a stored release is re-sent on the next run),
        or `run` gave up waiting for contributors
-    7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict)
+    7  coordinator refused the request (HTTP 4xx: credential, unknown study, conflict);
+       round: the round was abandoned, or its revealed sum was rejected by the coordinator's
+       check (reason printed; the release stays charged, run `round` again for the next)
     8  stream stopped: the next schedule window's charge would pass a cap (local or the
        coordinator's); nothing of that window was decided or noised, and the position is kept
 """

@@ -67,6 +67,11 @@ class RoundAbandoned(Conflict):
     """The round ended without a revealed sum (too many dropouts), or left us out."""
 
 
+class RoundRejected(Conflict):
+    """The revealed sum failed the coordinator's check and was not merged (exit 7; the
+    release stays charged: the noise was drawn and the masked vector sent)."""
+
+
 def current_round(agent: Agent, study: str) -> RoundState | None:
     with agent.client() as client:
         return _state(client, study)
@@ -238,6 +243,8 @@ def run_secure_round(
                 }
             if st.status == "abandoned":
                 raise RoundAbandoned(f"round {number} of {study!r} was abandoned: {st.detail}")
+            if st.status == "rejected":
+                raise RoundRejected(f"round {number} of {study!r} was rejected: {st.detail}")
             if name not in st.expected:
                 raise RoundAbandoned(f"{name} is not in attempt {st.attempt} of round {number}")
             files = RoundFiles(rounds_dir / str(number))

@@ -12,8 +12,10 @@ from common.secagg.messages import B64, SignedMessage
 __all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus"]
 
 RoundStatus = Literal[
-    "keys", "masking", "unmask", "recover", "done", "restarted", "abandoned"
+    "keys", "masking", "unmask", "recover", "done", "restarted", "abandoned", "rejected"
 ]
+"""``rejected``: the revealed sum failed :func:`common.secagg.checks.check_secure_sum` and was
+not merged (``detail`` says why); like ``abandoned``, the round is over and the next opens."""
 
 
 class IdentityKeyCreate(BaseModel):

@@ -6,6 +6,9 @@
     unmask ──(admin advance: >= threshold answers)──► recover; fewer ──► abandoned
     recover ──(shares from every answerer, or admin advance)──► done, or abandoned when some
                lost member's seed has fewer than threshold shares
+    done ◄── only if the revealed sum passes :func:`common.secagg.checks.check_secure_sum`;
+               else rejected (not merged: the model keeps its last value, the members stay
+               charged, the next round opens as after any finished round)
 
 The members' own messages are binary frames (:mod:`common.secagg.wire`), stored as base64;
 the shares answers of the recover phase (off the normal path) are signed JSON.
@@ -25,8 +28,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
-from common.errors import Conflict, NotFound
+from common.errors import Conflict, NotFound, SecureSumRejected
 from common.secagg import server
+from common.secagg.checks import check_secure_sum
 from common.secagg.messages import (
     RoundRef,
     RoundRefused,
@@ -175,6 +179,11 @@ def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
         total = server.reveal_sum(roster, words, seeds, shares)
     except RoundRefused as exc:
         _finish(session, rnd, "abandoned", exc.message)
+        return
+    try:  # a member may have added anything to its own vector: not merged unless plausible
+        check_secure_sum(config, total, len(roster.names))
+    except SecureSumRejected as exc:  # the members stay charged: their noise was drawn
+        _finish(session, rnd, "rejected", exc.message)
         return
     store.replace_model(session, study.id, config, total, len(roster.names))
     _finish(session, rnd, "done", f"{len(seeds)} of {len(roster.names)} answered the unmask")
