@@ -2,19 +2,16 @@
 
 - :mod:`common.noise.polya`: exact Pólya shares whose sum over ``h_min`` parties is discrete
   Laplace.
-- :mod:`common.noise.accounting`: ``h_min`` from the signed cohort parameters, the threat
-  model, what is charged.
-- :mod:`common.noise.params`: ``AggregationParams`` for the signed study config.
+- :mod:`common.noise.accounting`: ``h_min`` from the signed cohort parameters
+  (:class:`common.secagg.params.AggregationParams`), the threat model, what is charged.
 - :mod:`common.noise.planning`: table count and size chosen for the noise; noise warning.
 """
 
 from common.noise.accounting import charged_epsilon, honest_minimum, min_survivors
-from common.noise.params import AggregationParams
 from common.noise.planning import TablePlan, choose_tables, noise_warning, score_snr
 from common.noise.polya import noise_parameters, sample_negative_binomial, sample_noise_share
 
 __all__ = [
-    "AggregationParams",
     "TablePlan",
     "charged_epsilon",
     "choose_tables",

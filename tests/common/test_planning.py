@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from common.hashing import derive_lsh_family
-from common.noise import AggregationParams, charged_epsilon, honest_minimum, min_survivors
+from common.noise import charged_epsilon, honest_minimum, min_survivors
 from common.noise.planning import (
     GOOD_TABLES,
     MAX_TABLES,
@@ -25,6 +25,7 @@ from common.noise.planning import (
     plan_lsh_tables,
     score_snr,
 )
+from common.secagg.params import AggregationParams
 
 
 @pytest.mark.parametrize(
@@ -53,22 +54,24 @@ def test_charged_epsilon_is_the_study_epsilon() -> None:
 
 
 def test_aggregation_params() -> None:
+    """The signed cohort parameters (the one ``AggregationParams``) agree with the accounting."""
     default = AggregationParams()
-    assert (default.mode, default.h_min, default.min_survivors) == ("independent", 1, 1)
+    assert (default.mode, default.h_min, default.max_colluders) == ("independent", None, 1)
     secure = AggregationParams(mode="secure", cohort_size=10, max_dropouts=2, max_colluders=1,
                                expected_records=500)
-    assert (secure.h_min, secure.min_survivors) == (7, 8)
+    assert (secure.h_min, secure.min_roster) == (honest_minimum(10, 2, 1), 8)
+    assert secure.min_roster == min_survivors(10, 2, 1)
     assert AggregationParams.model_validate_json(secure.model_dump_json()) == secure
 
 
 @pytest.mark.parametrize(
     ("fields", "match"),
     [
-        ({"mode": "secure"}, "cohort_size >= 2"),
-        ({"mode": "secure", "cohort_size": 1}, "cohort_size >= 2"),
+        ({"mode": "secure"}, "needs cohort_size"),
+        ({"mode": "secure", "cohort_size": 1}, "needs cohort_size"),
         ({"mode": "secure", "cohort_size": 4, "max_dropouts": 2, "max_colluders": 2},
-         "honest survivors"),
-        ({"max_colluders": 1}, "secure mode only"),
+         "no honest participant"),
+        ({"h_min": 1}, "secure aggregation only"),
         ({"mode": "secure", "cohort_size": "4"}, "valid integer"),
         ({"mode": "shared"}, "independent"),
         ({"expected_records": 0}, "greater than or equal"),

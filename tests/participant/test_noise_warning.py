@@ -12,8 +12,8 @@ import pytest
 from test_contribute import FakeCoordinator, agent_for
 
 import participant.agent
-from common.noise import AggregationParams
 from common.noise.planning import config_noise_warning
+from common.secagg.params import AggregationParams
 
 
 @pytest.mark.parametrize(("records", "expected"), [(2, "dominated by noise"), (10_000, None)])
