@@ -50,7 +50,10 @@ def cohorts_page(session: Session, key_id: str, study_id: str) -> str:
     config, params, protocol = cohorts.cohort_setup(study)
     result = cohorts.result_of(session, study_id)
     rounds = _round_rows(session, study_id)
-    status = "done" if result else f"round {len(rounds)} open" if rounds else "not started"
+    last = cohorts.rounds_of(session, study_id)[-1] if rounds else None
+    status = ("done" if result else "not started" if last is None
+              else "failed (the last round says why)" if last.status == "failed"
+              else f"round {len(rounds)} open")
     first = protocol.cost(protocol.start()).epsilon
     facts = (f"<p>{escape(params.describe())} (at most {protocol.rounds} rounds); each "
              f"participant spends at most ε "

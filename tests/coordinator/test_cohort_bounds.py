@@ -182,6 +182,36 @@ def test_a_release_stored_before_the_bounds_fails_its_round_not_the_study(
     _assert_finite(app)
 
 
+def test_a_failed_leaf_round_ends_the_run_failed_with_its_reason(client, app, request) -> None:
+    """The DPM leaf round cannot be stepped over (no model without it): the run ends
+    'failed', the reason is in the round's detail (API and dashboard), later releases get
+    409, and nothing non-finite or partial is stored."""
+    from coordinator.cohort_dashboard import cohorts_page
+
+    config, hospitals, number, state = _at_round(client, request, "dpm leaves")
+    size = _protocol(config).size(state)
+    for h in hospitals[:2]:
+        r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}", headers=h.headers,
+                        json=_body(config, [0] * size, number, state=state))
+        assert r.status_code == 201, r.text
+    with Session(app.state.engine) as s:
+        for row in s.scalars(select(CohortRelease).where(CohortRelease.number == number)):
+            row.payload = json.dumps([-(2**62)] * size)
+        s.commit()
+    r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}/close", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["status"] == "failed", r.text
+    assert "cannot go on" in r.json()["detail"] and "public bound" in r.json()["detail"]
+    doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
+    assert doc["status"] == "failed" and doc["model"] is None and doc["round"] is None
+    r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}", headers=hospitals[2].headers,
+                    json=_body(config, [0] * size, number, state=state))
+    assert r.status_code == 409 and "closed" in r.json()["detail"]
+    with Session(app.state.engine) as s:
+        html = cohorts_page(s, "key", "c1")
+    assert "failed (the last round says why)" in html and "public bound" in html
+    _assert_finite(app)
+
+
 def _studies(app, client, make_participant, coord_kit) -> dict:
     """One running study per kind with member hz (the DPM leaf study at its leaf round),
     made once per app: hypothesis runs many examples against one function-scoped app."""
