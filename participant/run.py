@@ -63,7 +63,7 @@ def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
     if released:
         state = current_round(agent, study)
         if (state is None or state.round not in rounds_taken(agent, study)
-                or state.status in ("done", "abandoned")):
+                or state.status in ("done", "abandoned", "rejected")):
             return False
     run_secure_round(agent, study, data, options, wait=wait)
     return True

@@ -148,7 +148,7 @@ def mask_upload(
     sealed = b"".join(
         seal_share(
             share_key(secrets.round_key, roster.members[name], mine, body.round_id),
-            shares[name][1:],  # the index byte is the holder's position: not sent
+            shares[name],  # its index is the holder's roster position + 1: not sent
             share_aad(body.round_id, me, name),
         )
         for name in roster.holders(me)

@@ -186,8 +186,8 @@ def _seed_of(
 ) -> bytes:
     if name in seeds:
         return seeds[name]
-    held = [bytes([roster.position(h)]) + b64d(a.shares[name])
-            for h, a in shares.items() if name in a.shares]
+    held = {roster.position(h): b64d(a.shares[name])
+            for h, a in shares.items() if name in a.shares}
     try:
         seed = combine_seed(held, roster.body.threshold)
     except ValueError as exc:

@@ -104,13 +104,19 @@ def test_masked_words_the_coordinator_holds_are_uniform(k):
                            + 1).pvalue < 1e-6
 
 
-@pytest.mark.parametrize("threshold,holders", [(1, 3), (2, 3), (3, 5), (12, 20)])
+@pytest.mark.parametrize("threshold,holders", [(1, 3), (2, 3), (3, 5), (12, 20), (2, 1000)])
 def test_seed_shares_recover_with_threshold_and_not_below(threshold, holders):
     seed = bytes(range(16))
-    shares = split_seed(seed, threshold, holders)
-    assert combine_seed(shares[-threshold:], threshold) == seed
+    shares = dict(enumerate(split_seed(seed, threshold, holders), start=1))
+    last = dict(list(shares.items())[-threshold:])  # indices up to holders (> 255 too)
+    assert combine_seed(last, threshold) == seed
     with pytest.raises(ValueError, match="needed"):
-        combine_seed(shares[: threshold - 1], threshold)
+        combine_seed(dict(list(shares.items())[: threshold - 1]), threshold)
+
+
+def test_seed_shares_stop_at_the_config_bound():
+    with pytest.raises(ValueError, match="<= 1000"):
+        split_seed(bytes(16), 2, 1001)
 
 
 def test_sealed_shares_are_32_bytes_deterministic_and_bound_to_round_and_holder():
