@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
+from common.cohorts.bounds import release_bounds
 from common.cohorts.model import CohortModel
 from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState, RoundProtocol
@@ -145,16 +146,17 @@ def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
     try:
         if state.done + 1 != rnd.number:
             raise ValueError(f"its state is for round {state.done + 1}")
-        bounds = protocol.bounds(state)  # the plan's round: noise, cost and bounds in one
+        mechanism = protocol.mechanism(state)  # the plan's round: its cost and its bounds
+        bounds = release_bounds(mechanism)
     except (KeyError, TypeError, ValueError) as exc:
         raise Conflict(f"cohort round {rnd.number} is not one the signed config allows "
                        f"({exc}); nothing was stored or charged") from exc
-    cost = protocol.cost(state)
+    cost = mechanism.cost
     claimed = PrivacyBudget(body.epsilon, body.delta)
     if claimed != cost:
         raise InvalidInput(f"claimed cost {claimed} differs from the cost {cost} the signed "
                            f"config prescribes for cohort round {rnd.number}")
-    size = protocol.size(state)
+    size = mechanism.size
     if len(body.values) != size:
         raise InvalidInput(f"round {rnd.number} takes a vector of {size} values, got "
                            f"{len(body.values)}")
