@@ -58,9 +58,10 @@ class CohortState:
     participants: int = 0
 
     def to_json(self) -> str:
-        """Canonical JSON (floats as repr: :meth:`from_json` reads them back exactly)."""
+        """Canonical JSON (floats as repr: :meth:`from_json` reads them back exactly);
+        ``ValueError`` for a NaN or infinite value, which no stored state may hold."""
         return json.dumps({"done": self.done, "data": self.data,
-                           "participants": self.participants}, sort_keys=True)
+                           "participants": self.participants}, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> CohortState:

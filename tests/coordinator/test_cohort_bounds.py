@@ -182,6 +182,33 @@ def test_a_release_stored_before_the_bounds_fails_its_round_not_the_study(
     _assert_finite(app)
 
 
+def test_a_step_that_would_store_a_non_finite_state_fails_its_round(client, app, request,
+                                                                     monkeypatch) -> None:
+    """Whatever makes the next state non-finite (here a forced NaN centroid), it is never
+    stored: the round fails with the reason and the next round keeps the last good state."""
+    from common.cohorts.protocol import KMeansProtocol
+
+    config, hospitals = _make(request, "kmeans")
+    client.post("/v1/studies/c1/cohorts", headers=ADMIN)
+    start = _protocol(config).start()
+    real = KMeansProtocol.advance
+
+    def poisoned(self, state, releases):
+        after = real(self, state, releases)
+        return CohortState(after.done, {**after.data, "centroids": [[math.nan] * 3]},
+                           after.participants)
+
+    monkeypatch.setattr(KMeansProtocol, "advance", poisoned)
+    for h in hospitals:
+        r = client.post("/v1/studies/c1/cohorts/rounds/1", headers=h.headers,
+                        json=_body(config, [0] * _protocol(config).size(start), 1))
+        assert r.status_code == 201, r.text
+    doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
+    assert doc["history"][0]["status"] == "failed" and "JSON" in doc["history"][0]["detail"]
+    assert doc["round"] == 2 and doc["state"]["centroids"] == start.data["centroids"]
+    _assert_finite(app)
+
+
 def test_a_failed_leaf_round_ends_the_run_failed_with_its_reason(client, app, request) -> None:
     """The DPM leaf round cannot be stepped over (no model without it): the run ends
     'failed', the reason is in the round's detail (API and dashboard), later releases get
