@@ -132,6 +132,14 @@ def _cohorts_doc(client: CoordinatorClient, study: str) -> dict[str, Any]:
     return doc
 
 
+def _refuse_failed(doc: dict[str, Any], study: str) -> None:
+    """A run the coordinator ended ``failed`` (a round that could not be used and not be
+    stepped over) releases no model: say why (exit 7) instead of waiting for one."""
+    if doc["status"] == "failed":
+        reason = (doc["history"] or [{}])[-1].get("detail")
+        raise Conflict(f"the cohort run of {study!r} failed and released no model: {reason}")
+
+
 def _owed(doc: dict[str, Any], name: str) -> int | None:
     """The open round's number if it expects ``name`` and has no release of it yet."""
     current = (doc["history"] or [{}])[-1]
@@ -173,10 +181,7 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
         give_up = time.monotonic() + wait
         while True:
             doc = _cohorts_doc(client, study)
-            if doc["status"] == "failed":
-                reason = (doc["history"] or [{}])[-1].get("detail")
-                raise Conflict(f"the cohort run of {study!r} failed and released no model: "
-                               f"{reason}")
+            _refuse_failed(doc, study)
             model = model_from_doc(doc)
             if model is not None:
                 write_private(agent.state.study_dir(study) / MODEL_FILE, model.to_json().encode())

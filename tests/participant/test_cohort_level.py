@@ -167,3 +167,12 @@ def test_the_ledger_charges_exactly_what_the_noise_was_calibrated_for(case, tmp_
         with agent.ledger() as ledger:
             (entry,) = [e for e in ledger.entries() if e.idempotency_key == f"cohort-s-{number}"]
         assert sum(calls, PrivacyBudget.zero()) == entry.cost == protocol.cost(state)
+
+
+def test_a_failed_run_is_reported_with_its_reason_not_waited_for() -> None:
+    from common.errors import Conflict
+
+    doc = {"status": "failed", "history": [{"detail": "closed; the run cannot go on: why"}]}
+    with pytest.raises(Conflict, match="failed and released no model: .*cannot go on: why"):
+        part._refuse_failed(doc, "s")
+    part._refuse_failed({**doc, "status": "running"}, "s")
