@@ -139,10 +139,15 @@ class RoundMechanism:
         return np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, np.int64)
 
 
-def _counts(name: str, size: int, epsilon: Decimal, max_records: int | None) -> Part:
-    low, high = (None, None) if max_records is None else (np.zeros(size, np.int64),
-                                                          np.full(size, max_records, np.int64))
-    return Part(name, size, "laplace", 1, epsilon, low=low, high=high)
+def _counts(name: str, size: int, sensitivity: int, epsilon: Decimal,
+            max_records: int | None, noise: Literal["laplace", "gaussian"] = "laplace",
+            delta: Decimal = Decimal(0)) -> Part:
+    """A part of counts (of a cluster, a leaf or an interval): one participant's lie in
+    ``[0, max_records]``."""
+    if max_records is None:
+        return Part(name, size, noise, sensitivity, epsilon, delta)
+    return Part(name, size, noise, sensitivity, epsilon, delta, np.zeros(size, np.int64),
+                np.full(size, max_records, np.int64))
 
 
 def _index(value: object, stop: int, what: str) -> int:
@@ -175,7 +180,7 @@ def kmeans_round(plan: KMeansPlan, round_index: int, max_records: int | None = N
     else:
         sums = Part("sums", n_c * d, "laplace", plan.sum_sensitivity, eps_sums, low=low,
                     high=high)
-    return RoundMechanism((sums, _counts("counts", n_c, eps_counts, max_records)))
+    return RoundMechanism((sums, _counts("counts", n_c, 1, eps_counts, max_records)))
 
 
 def dpm_level(plan: DPMPlan, level: int, size: int, max_records: int | None = None
@@ -183,9 +188,8 @@ def dpm_level(plan: DPMPlan, level: int, size: int, max_records: int | None = No
     """Level ``level`` (``0 .. depth - 1``) of a DPM tree: ``size`` histogram intervals at
     L1 sensitivity ``m``; ``ValueError`` outside the plan."""
     eps = plan.budgets().levels[_index(level, plan.depth, "DPM level")]
-    hist = _counts(f"level {level} histograms", size, eps, max_records)
-    return RoundMechanism((Part(hist.name, size, "laplace", plan.m, eps, low=hist.low,
-                                high=hist.high),))
+    return RoundMechanism((_counts(f"level {level} histograms", size, plan.m, eps,
+                                   max_records),))
 
 
 def dpm_leaves(plan: DPMPlan, leaves: int, size: int, max_records: int | None = None
@@ -193,14 +197,12 @@ def dpm_leaves(plan: DPMPlan, leaves: int, size: int, max_records: int | None = 
     """The DPM leaf round: ``leaves`` counts, then ``size`` histogram intervals over all
     ``d`` features (L1 ``d`` under Laplace, integer L2 ``ceil(sqrt(d))`` under Gaussian)."""
     budget = plan.budgets()
-    base = _counts("leaf histograms", size, budget.leaf_histograms, max_records)
+    counts = _counts("leaf counts", leaves, 1, budget.leaf_counts, max_records)
     if plan.leaf_noise == "gaussian":
         from common.cohorts.gaussian import l2_sensitivity
 
-        hists = Part(base.name, size, "gaussian", l2_sensitivity(plan.d),
-                     budget.leaf_histograms, budget.leaf_delta, base.low, base.high)
+        hists = _counts("leaf histograms", size, l2_sensitivity(plan.d),
+                        budget.leaf_histograms, max_records, "gaussian", budget.leaf_delta)
     else:
-        hists = Part(base.name, size, "laplace", plan.d, budget.leaf_histograms,
-                     low=base.low, high=base.high)
-    return RoundMechanism((_counts("leaf counts", leaves, budget.leaf_counts, max_records),
-                           hists))
+        hists = _counts("leaf histograms", size, plan.d, budget.leaf_histograms, max_records)
+    return RoundMechanism((counts, hists))
