@@ -19,6 +19,13 @@ Sums. :func:`checked_sum` adds ``r`` releases, each inside its bounds, in int64.
 ``B = max |bound|`` every partial sum has magnitude at most ``r B``; the function refuses
 (:class:`~common.errors.SumOverflow`) unless ``r B <= 2**63 - 1``, so the int64 sum cannot
 wrap, and checks each release against the bounds and the result against ``r B`` again.
+The coordinator's float64 post-processing then stays finite: every summed entry is below
+``2**63`` in magnitude; k-means divides sums by counts above a floor of at least 1 and
+clips to the box, and fusion averages finite centres with weights whose total is below
+``n_c 2**63``; the DPM tree compares and cumulates at most 10^6 entries (below ``2**83``)
+and averages interval midpoints with non-negative weights of positive total. A stored state
+or model is checked again (:meth:`~common.cohorts.protocol.CohortState.to_json` and
+:class:`~common.cohorts.model.CohortModel` refuse NaN and infinity).
 """
 
 from __future__ import annotations
