@@ -9,7 +9,8 @@ Our exception hierarchy::
     │   │   ├── PayloadTooLarge       encoded or decoded counts over the size limit (413)
     │   │   └── ReleaseOutOfBounds    a released value past its public poisoning bound
     │   │       └── SecureSumRejected a revealed secure sum honest members cannot produce
-    │   └── SumOverflow               a sum of releases would leave its integer range
+    │   ├── SumOverflow               a sum of releases would leave its integer range
+    │   └── ModelNotFinite            a step would give a stored model a non-finite value
     ├── NotFound                      unknown study, participant, contribution  (404)
     ├── Conflict                                                                  (409)
     │   ├── BudgetExceeded            the release would take spending past the cap
@@ -74,6 +75,10 @@ class SecureSumRejected(ReleaseOutOfBounds):
 
 class SumOverflow(InvalidInput):
     """Summing releases would leave the integer range; nothing is summed (never a wrap)."""
+
+
+class ModelNotFinite(InvalidInput):
+    """A model update would hold a non-finite value; the model keeps its last good value."""
 
 
 class NotFound(FedodError):

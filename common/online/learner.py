@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from common.errors import ModelNotFinite
 from common.online.query import QueryRule, bernoulli
 
 if TYPE_CHECKING:  # OpenDP (behind the noise) takes about a second to import
@@ -48,16 +49,43 @@ __all__ = [
     "project_ball",
     "project_rows",
     "running_mean",
+    "safe_norm",
     "step_size",
 ]
 
 Vector = NDArray[np.float64]
 
 
+def safe_norm(v: NDArray[np.floating]) -> float:
+    """The l2 norm of ``v``, without overflow for any finite entries whose norm is a float
+    (scaled by the largest magnitude when the plain norm overflows); ``inf`` or ``nan`` only
+    for a non-finite entry or a norm past the float range."""
+    vec = np.asarray(v, dtype=np.float64)
+    norm = float(np.linalg.norm(vec))
+    if math.isfinite(norm) or vec.size == 0:
+        return norm
+    top = float(np.max(np.abs(vec)))
+    if not math.isfinite(top):
+        return top
+    return top * float(np.linalg.norm(vec / top))
+
+
 def project_ball(v: Vector, radius: float) -> Vector:
-    """Euclidean projection of ``v`` onto the l2 ball of ``radius`` (scale down if outside)."""
+    """Euclidean projection of ``v`` onto the l2 ball of ``radius`` (scale down if outside).
+
+    Finite ``v`` always gives a finite result, also when its norm overflows a float (scaled
+    by its largest magnitude first); a non-finite entry raises
+    :class:`~common.errors.ModelNotFinite`."""
     norm = float(np.linalg.norm(v))
-    return v * (radius / norm) if norm > radius else v
+    if norm <= radius:
+        return v
+    if math.isfinite(norm):
+        return v * (radius / norm)
+    top = float(np.max(np.abs(v)))
+    if not math.isfinite(top):
+        raise ModelNotFinite("cannot project a vector with a non-finite value", norm=norm)
+    unit = v / top
+    return unit * (radius / float(np.linalg.norm(unit)))
 
 
 def project_rows(X: NDArray[np.floating], radius: float) -> NDArray[np.float64]:
@@ -75,6 +103,8 @@ def centre_from_release(noisy_sum: Vector, count: int) -> Vector:
         raise ValueError(f"a centre needs at least one record, got {count}")
     centre = np.asarray(noisy_sum, dtype=np.float64) / count
     centre[-1] = 0.0
+    if not np.all(np.isfinite(centre)):
+        raise ModelNotFinite("the centre would hold a non-finite value")
     return centre
 
 
@@ -141,12 +171,20 @@ def apply_step(w: Vector, t: int, noisy_sum: Vector, count: int, config: OnlineC
     """
     if count < 1:
         raise ValueError(f"a step needs at least one labelled record, got {count}")
-    grad = config.lam * w + noisy_sum / count
-    return project_ball(w - step_size(t, config.eta0) * grad, config.radius_w)
+    with np.errstate(over="ignore", invalid="ignore"):
+        grad = config.lam * w + noisy_sum / count
+        moved = w - step_size(t, config.eta0) * grad
+    if not np.all(np.isfinite(moved)):
+        raise ModelNotFinite(
+            f"step {t} would leave the float range (a noisy sum of l2 norm "
+            f"{safe_norm(noisy_sum):.6g} over {count} records); the weights keep their last "
+            "value", step=t)
+    return project_ball(moved, config.radius_w)
 
 
 def running_mean(mean: Vector, w: Vector, t: int) -> Vector:
-    """Mean of the iterates ``w_1..w_t`` from the mean of ``w_1..w_{t-1}``."""
+    """Mean of the iterates ``w_1..w_t`` from the mean of ``w_1..w_{t-1}``; both lie in the
+    weight ball, so the result is finite (a convex combination of the two)."""
     return mean + (w - mean) / t
 
 
@@ -158,7 +196,9 @@ def federated_step(
     their labelled records). Post-processing of the releases only."""
     if not sums or len(sums) != len(counts):
         raise ValueError("need one count per noisy sum, and at least one of each")
-    return apply_step(w, t, np.sum(np.stack(sums), axis=0), int(sum(counts)), config)
+    with np.errstate(over="ignore"):  # an overflow is refused by apply_step, never stored
+        total = np.sum(np.stack(sums), axis=0)
+    return apply_step(w, t, total, int(sum(counts)), config)
 
 
 class OnlineSVM:

@@ -17,16 +17,35 @@ window's slots' records, not of gradients. It is charged like any window (the pe
 charge is conservative for it: nothing of the window is queried) and added to the model's
 centre instead of a step; the centre served is the sum of the centring releases divided by
 ``window_slots`` times their number (public), bias coordinate 0: post-processing of released
-values. Steps are taken relative to a centre, so the centre is fixed at the first step: a
-centring release arriving after it is refused (409) before anything is stored or charged.
+values. Steps are taken relative to a centre, so the centre is fixed at the first step.
 Gradient releases of windows before the centring window are refused (422): learning starts
 after it.
+
+**A late centring release** (one arriving after the first step, issue 25 item 7) is stored
+and **charged**, but not added to the centre (``applied_in`` records the model version it
+arrived at). Its noisy body has reached the coordinator, so the privacy it costs is spent
+whatever the coordinator does with it, and the participant charged the window before it drew
+the noise: the coordinator's ledger records what it observed, and both ledgers agree. A
+participant does not send one: it checks the served model before it reserves the centring
+window (``participant.stream``). (Before, the coordinator answered 409 and charged nothing,
+so the two ledgers disagreed by one window.)
+
+**Poisoning bounds** (issue 25 item 3): before anything is stored or charged, the noisy sum's
+l2 norm is checked against the largest an honest release can have
+(:func:`common.online.bounds.check_online_release`: count x ``radius_x`` plus the Gaussian
+norm tail at 2^-40), 422 naming the bound. No stored or served vector is ever non-finite:
+a step that would still leave the float range (only possible with extreme public radii or
+step sizes) is skipped - the weights keep their last good value, the pending releases are
+marked consumed without a step (their charge stays: they were received) and a warning names
+the reason - and a centring release that would make the centre non-finite is refused (422,
+rolled back). Either way the next release goes through.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,8 +63,10 @@ from common.errors import (
     Conflict,
     IdempotencyConflict,
     InvalidInput,
+    ModelNotFinite,
     NotFound,
 )
+from common.online.bounds import check_online_release
 from common.online.learner import centre_from_release, federated_step, running_mean
 from common.online.params import OnlineParams
 from common.online.wire import (
@@ -60,6 +81,8 @@ from coordinator.online_models import OnlineModel, OnlineRelease, new_model
 from coordinator.services import charge
 from coordinator.services.release_checks import check_config, over_budget
 from coordinator.services.studies import study_config
+
+log = logging.getLogger("fedod.online")
 
 CLOCK_SKEW = 300
 """Seconds a participant's clock may run ahead of the coordinator's."""
@@ -147,30 +170,47 @@ def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
 
 
 def _apply(model: OnlineModel, params: OnlineParams, releases: list[OnlineRelease]) -> None:
+    """One SGD step on ``releases``; skipped (weights unchanged, a warning) if it would hold a
+    non-finite value, so a study is never blocked by one step."""
     w = decode_vector(model.weights, params.dim)
     sums = [decode_vector(r.noisy_sum, params.dim) for r in releases]
-    w = federated_step(w, model.version + 1, sums, [r.count for r in releases],
-                       params.learner())
+    try:
+        w = federated_step(w, model.version + 1, sums, [r.count for r in releases],
+                           params.learner())
+    except ModelNotFinite as exc:
+        log.warning("study %s: online step %d skipped, releases %s consumed without a step: %s",
+                    model.study_id, model.version + 1, [r.id for r in releases], exc)
+        return
     model.version += 1
     average = running_mean(decode_vector(model.average, params.dim), w, model.version)
     model.weights, model.average = encode_vector(w), encode_vector(average)
 
 
 def _add_centre(session: Session, model: OnlineModel, params: OnlineParams,
-                body: OnlineGradientCreate) -> None:
-    """Sum a centring release into the model's centre; refused once a step was taken (the
-    session is rolled back first: nothing stored or charged)."""
+                body: OnlineGradientCreate) -> bool:
+    """Sum a centring release into the model's centre; False (not added: it is stored and
+    charged all the same, see the module) once a step was taken. A sum that would make the
+    centre non-finite is refused (the session is rolled back first: nothing stored or
+    charged)."""
     if model.version > 0:
-        session.rollback()
-        raise Conflict(f"window {body.window}'s centring release arrived after the online "
-                       f"model's first SGD step: {CENTRE_FIXED} (steps were taken relative to "
-                       "it). Nothing was stored or charged; do not re-send it.",
-                       model_version=model.version)
+        log.info("study %s: window %d's centring release arrived after step %d (%s): "
+                 "charged, not added", model.study_id, body.window, model.version,
+                 CENTRE_FIXED)
+        return False
     noisy = decode_vector(body.noisy_sum, params.dim)
-    if model.centre_sum is not None:
-        noisy = noisy + decode_vector(model.centre_sum, params.dim)
+    with np.errstate(over="ignore"):
+        if model.centre_sum is not None:
+            noisy = noisy + decode_vector(model.centre_sum, params.dim)
+        try:
+            centre_from_release(noisy, params.window_slots * (model.centre_releases + 1))
+        except ModelNotFinite as exc:
+            session.rollback()
+            raise ModelNotFinite(f"window {body.window}'s centring release would make the "
+                                 f"centre non-finite ({exc}); nothing was stored or "
+                                 "charged") from exc
     model.centre_sum, model.centre_releases = encode_vector(noisy), model.centre_releases + 1
     model.updated_at = utcnow()
+    return True
 
 
 def centre_of(model: OnlineModel, params: OnlineParams) -> NDArray[np.float64] | None:
@@ -192,11 +232,12 @@ def submit(session: Session, participant: Participant, study: Study,
     config, params = online_params(study)
     check_config(study.id, study.config_version, study.config_digest, body)  # type: ignore[arg-type]
     try:
-        decode_vector(body.noisy_sum, params.dim)
+        noisy_sum = decode_vector(body.noisy_sum, params.dim)
     except ValueError as exc:
         raise InvalidInput(f"noisy_sum: {exc}") from exc
     cost = _check_cost(params, body)
     _check_window(session, participant, study, params, body, clock())
+    check_online_release(params, noisy_sum, body.count, centring=params.is_centre(body.window))
     if (refusal := over_budget(participant, cost)) is not None:
         raise refusal
     eps, delta = cost.to_units()
@@ -213,14 +254,14 @@ def submit(session: Session, participant: Participant, study: Study,
             session.add(model)
         check_config(study.id, *conn.execute(charge.CONFIG, {"sid": study.id}).one(), body)  # type: ignore[arg-type]
         centring = params.is_centre(body.window)
-        if centring:
-            _add_centre(session, model, params, body)
+        late = centring and not _add_centre(session, model, params, body)
         release = OnlineRelease(
             study_id=study.id, participant_id=participant.id,
             idempotency_key=body.idempotency_key, request_sha256=digest,
             config_version=body.config_version, weights_version=body.weights_version,
             schedule_window=body.window, count=body.count, noisy_sum=body.noisy_sum,
-            eps_units=eps, delta_units=delta, centring=centring)
+            eps_units=eps, delta_units=delta, centring=centring,
+            applied_in=model.version if late else None)
         session.add(release)
         model.pending += 0 if centring else 1
         session.flush()

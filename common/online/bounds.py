@@ -1,0 +1,72 @@
+"""Poisoning bounds of streaming releases: the largest l2 norm an honest noisy sum can have.
+
+Every input of a streaming release is public except the records, and the records are
+projected into the ball of radius ``M = radius_x`` before they are used (issue 25 item 3):
+
+- **gradient release** of ``count`` queried slots: each slot adds a hinge subgradient ``-y x``
+  or ``0`` with ``||x|| <= M`` (centred records are projected again), so the exact sum has norm
+  at most ``count * M``; unanswered queries and padded slots add 0;
+- **centring release**: the sum of the window's ``window_slots`` projected records (empty
+  slots are the zero record), norm at most ``window_slots * M``.
+
+The noise is one OpenDP Gaussian draw of scale ``sigma = params.noise().scale`` in ``dim``
+coordinates, whose norm exceeds :func:`common.noise.tails.gaussian_norm_tail` with probability
+at most ``beta`` (default ``2**-40``). An honest release is therefore refused by mistake with
+probability below ``beta``; a release past the bound is refused before anything is stored or
+charged. The exact part carries a relative slack of ``1e-9`` for float rounding in the
+projection and the sum (as :mod:`common.online.noise` does for the sensitivity).
+
+The ``count`` of a gradient release is the number of queried slots of the window: a function
+of the private (``epsilon_select``-DP) query decisions, post-processing, bounded by the public
+``window_slots``; the centring window's count is ``window_slots`` itself.
+
+What the bound cannot catch: a member sending any vector inside the ball (for instance a
+gradient sum pointing the wrong way) is indistinguishable from an honest one without proofs of
+input validity; its effect on one step is bounded by ``eta_t`` times the bound over the
+step's total count, and the weights stay in the ball of ``radius_w``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from common.errors import ReleaseOutOfBounds
+from common.noise.tails import FAILURE_PROBABILITY, gaussian_norm_tail
+from common.online.learner import safe_norm
+from common.online.params import OnlineParams
+
+__all__ = ["check_online_release", "online_release_bound"]
+
+_SLACK = 1 + 1e-9
+
+
+def online_release_bound(params: OnlineParams, count: int, *, centring: bool = False,
+                         beta: float = FAILURE_PROBABILITY) -> float:
+    """Largest l2 norm of an honest noisy sum of ``count`` gradients (``centring``: of the
+    centring window's ``window_slots`` records), noise tail at ``beta`` (module docstring)."""
+    if not 0 <= count <= params.window_slots:
+        raise ValueError(f"count must be in [0, {params.window_slots}], got {count}")
+    records = params.window_slots if centring else count
+    exact = records * params.radius_x * _SLACK
+    return exact + gaussian_norm_tail(params.noise().scale, params.dim, beta=beta)
+
+
+def check_online_release(params: OnlineParams, noisy_sum: NDArray[np.float64], count: int, *,
+                         centring: bool = False, beta: float = FAILURE_PROBABILITY) -> None:
+    """Refuse (:class:`~common.errors.ReleaseOutOfBounds`, 422) a noisy sum whose l2 norm is
+    past :func:`online_release_bound`, or any non-finite value."""
+    bound = online_release_bound(params, count, centring=centring, beta=beta)
+    norm = safe_norm(noisy_sum)
+    if math.isfinite(norm) and norm <= bound:
+        return
+    what = (f"{params.window_slots} records of the centring window" if centring
+            else f"{count} queried slots")
+    raise ReleaseOutOfBounds(
+        f"noisy_sum has l2 norm {norm:.6g}; the public bound is {bound:.6g} = {what} x "
+        f"radius_x {params.radius_x:g} + the Gaussian noise's norm tail (scale "
+        f"{params.noise().scale:.6g}, dim {params.dim}) at failure probability {beta:.3g}. An "
+        "honest release exceeds it with at most that probability; nothing was stored or "
+        "charged", norm=norm, bound=bound)
