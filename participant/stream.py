@@ -22,9 +22,17 @@ its end, stored, re-sent byte for byte). Once the coordinator serves a centre, e
 centred on it before scoring, querying and its gradient
 (:func:`common.online.learner.centred_rows`); before that records are used uncentred.
 Windows before the centring window are outside the schedule: records are scored only, nothing
-is charged or released. A centring release the coordinator refuses because the centre is
-already fixed (409) is marked refused and not re-sent: its window stays charged here,
-nothing is charged there.
+is charged or released.
+
+**A centre that is already fixed** (issue 25 item 7): before it reserves the centring window
+the stream fetches the served model; if the coordinator has taken a step (the centre is fixed,
+for instance because this participant joined late), the window is *skipped*: nothing is
+charged, no record of it is kept or queried (they are scored only) and nothing is released.
+That depends on the coordinator's state only, never on the data. A centring release that
+still reaches a coordinator after its first step (a restart long after the window) is charged
+there as here and not added to the centre (``coordinator.services.online``); an older
+coordinator refused it (409, "the centre is fixed") without charging: such a release is
+marked refused and not re-sent, its window stays charged here.
 """
 
 from __future__ import annotations
@@ -123,7 +131,8 @@ class Streamer:
         scores = {"online": margin}
         for name, det in self.detectors.items():
             scores[name] = float(det.decision_function(row)[0])
-        slot = used if window >= 0 and used < self.params.window_slots else None
+        open_slot = window >= 0 and used < self.params.window_slots
+        slot = used if open_slot and not self.store.skipped(window) else None
         centring = slot is not None and self.params.is_centre(window)
         queried = slot is not None and not centring and bernoulli(self.rule.probability(margin))
         self.store.decide(record_id, queried, z[0] if centring else feats, scores, window, slot,
@@ -163,6 +172,9 @@ class Streamer:
         key = f"stream-{self.stream_id}-w{window}"
         charged = self.ledger.entries(study=self.config.study_id)
         if not any(e.idempotency_key == key for e in charged):
+            if self.params.is_centre(window) and self.refresh_weights() > 0:
+                self.store.open_window(window, skipped=True)  # the centre is fixed already
+                return
             self._charge(window, key)  # else: charged before a kill, not yet recorded here
         self.store.open_window(window)
 
@@ -191,6 +203,9 @@ class Streamer:
 
     def _close(self, window: int) -> None:
         """The window ended: pad, form its one batch, noise it once, store it, send it."""
+        if self.store.skipped(window):
+            self.store.close_skipped(window)
+            return
         _, _, used = self.store.window()
         w, version = self.store.weights()
         if self.params.is_centre(window):
@@ -261,8 +276,9 @@ class Streamer:
         self.store.replace_release(key, new)
         return new
 
-    def refresh_weights(self) -> None:
-        """Pick up the coordinator's newest online weights and centre."""
+    def refresh_weights(self) -> int:
+        """Pick up the coordinator's newest online weights and centre; return the served
+        model's version (its number of steps)."""
         doc = json.loads(self.client.request(
             "GET", f"/v1/studies/{self.config.study_id}/online/model").text)
         if self.params.centre_window is not None and doc.get("centre") is not None:
@@ -271,3 +287,4 @@ class Streamer:
             self.store.set_weights(decode_vector(doc["weights"], self.params.dim),
                                    decode_vector(doc["average"], self.params.dim),
                                    int(doc["version"]))
+        return int(doc["version"])

@@ -200,9 +200,21 @@ class StreamStore:
         none yet."""
         return int(self.get("window", -1)), int(self.get("closed", -1)), self.num("slots")
 
-    def open_window(self, window: int) -> None:
-        """Record that ``window`` is open (after its ledger reservation)."""
-        self._set(window=window, slots=0)
+    def open_window(self, window: int, *, skipped: bool = False) -> None:
+        """Record that ``window`` is open (after its ledger reservation); ``skipped``: a
+        centring window opened after the centre was fixed, neither charged nor released."""
+        self._set(window=window, slots=0, skipped_window=window if skipped else -1)
+
+    def skipped(self, window: int) -> bool:
+        """Whether ``window`` was opened as skipped (:meth:`open_window`)."""
+        return int(self.get("skipped_window", -1)) == window >= 0
+
+    def close_skipped(self, window: int) -> None:
+        """Close a skipped window: no release, its records are dropped."""
+        with self.transaction():
+            self._db.execute("UPDATE records SET x=NULL WHERE win=?", (window,))
+            self._set(closed=window)
+        self.durable()
 
     def close_window(self, window: int, key: str, body: str) -> None:
         """Store the window's noisy release and close it, atomically: its unanswered queries

@@ -1,8 +1,9 @@
 """Centring in ``fedod-participant stream`` (coordinator faked): the centring window queries
 nothing and makes one release, the noisy sum of its slots' records; later records are
 centred on the served centre; a restart re-spends nothing; a centring release refused
-because the centre is fixed is not re-sent; windows before the centring window are scored
-only."""
+because the centre is fixed is not re-sent; a centring window whose centre is fixed before
+it opens is skipped (nothing charged or released); windows before the centring window are
+scored only."""
 
 from __future__ import annotations
 
@@ -173,4 +174,30 @@ def test_windows_before_the_centring_window_are_scored_only(tmp_path):
     assert len(run.ledger.entries()) == 1 and run.coordinator.posts == []
     run.feed(2, start=3)
     assert [s for (s,) in run.store._db.execute("SELECT slot FROM records WHERE win=2")] == [0, 1]
+    run.close()
+
+
+class SteppedCoordinator(FakeCoordinator):
+    """Serves a model that has already taken a step (the centre is fixed), no centre."""
+
+    def request(self, method: str, path: str, **kw: object) -> httpx.Response:
+        response = super().request(method, path, **kw)
+        if method == "GET":
+            response = httpx.Response(200, json={**response.json(), "version": 1})
+        return response
+
+
+def test_a_centring_window_whose_centre_is_fixed_is_skipped_uncharged(tmp_path):
+    coordinator = SteppedCoordinator()
+    run = Run(tmp_path, coordinator=coordinator, online=CENTRED)  # opens window 0: skipped
+    assert run.ledger.entries() == [] and run.store.skipped(0)
+    run.feed(5)
+    assert run.store.counts()["queried"] == 0
+    assert [s for (s,) in run.store._db.execute("SELECT slot FROM records WHERE win=0")] \
+        == [None] * 5  # scored only: no slot, nothing kept for a release
+    run.to(1)
+    assert coordinator.posts == [] and len(run.ledger.entries()) == 1  # window 1 only
+    run.to(2)
+    assert [p["window"] for p in coordinator.posts] == [1]
+    assert run.store.stored_releases() == [] and run.store.counts()["refused"] == 0
     run.close()
