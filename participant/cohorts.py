@@ -117,7 +117,12 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
             agent._check_coordinator_budget(client, cost)
             ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
                            config_digest="", cost=cost, cap=enrolment.cap)
-        noisy = mechanism.release(_exact(protocol, state, source, options))
+        exact = _exact(protocol, state, source, options)
+        if clipped := mechanism.clipped(exact):
+            log.warning("cohort round %d: %d value(s) were clipped to the study's public record "
+                        "bound (aggregation.max_records) before the noise (local only, not "
+                        "sent)", number, clipped)
+        noisy = mechanism.release(exact)
         body = {"idempotency_key": key, "config_version": config.version,
                 "epsilon": format(cost.epsilon.normalize(), "f"),
                 "delta": format(cost.delta.normalize(), "f"),

@@ -132,6 +132,11 @@ class RoundMechanism:
         cuts = np.cumsum([p.size for p in self.parts])[:-1]
         return list(np.split(v, cuts))
 
+    def clipped(self, exact: ArrayLike) -> int:
+        """How many entries of ``exact`` the record bound changes (local only, never sent)."""
+        return sum(int(np.count_nonzero(p.clip(x) != x))
+                   for p, x in zip(self.parts, self.split(exact), strict=True))
+
     def release(self, exact: ArrayLike) -> Ints:
         """The noisy vector: each part clipped to its record bound, then noised once."""
         pieces = [p.add_noise(p.clip(x)) for p, x in zip(self.parts, self.split(exact),

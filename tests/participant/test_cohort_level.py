@@ -6,6 +6,7 @@ was calibrated for, checked against OpenDP's own privacy map."""
 from __future__ import annotations
 
 import copy
+import json
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_of
 from common.config import FeatureSpec, PrivacyParams, new_study_config
-from common.errors import ConfigError
+from common.errors import ConfigError, ReleaseOutOfBounds
 from participant import cohorts as part
 from participant.agent import Agent, DataOptions
 from participant.state import Enrolment
@@ -176,3 +177,31 @@ def test_a_failed_run_is_reported_with_its_reason_not_waited_for() -> None:
     with pytest.raises(Conflict, match="failed and released no model: .*cannot go on: why"):
         part._refuse_failed(doc, "s")
     part._refuse_failed({**doc, "status": "running"}, "s")
+
+
+def test_a_participant_past_the_record_bound_is_clipped_and_told_locally(tmp_path, caplog,
+                                                                           monkeypatch) -> None:
+    """With max_records 100 and 600 records, the release is drawn from counts clipped to
+    100 (the sensitivities still hold) and the participant's log says how many values were
+    clipped; nothing of that is sent."""
+    from common.secagg.params import AggregationParams
+
+    monkeypatch.setattr(Agent, "_check_coordinator_budget", staticmethod(lambda *_: None))
+    config = _config(dims_per_node=2).model_copy(
+        update={"aggregation": AggregationParams(max_records=100)})
+    protocol = protocol_of(config)
+    state = protocol.start()
+    exact = protocol.exact(state, _data())
+    assert exact.max() > 100
+    agent = Agent(tmp_path / "state")
+    enrolment = Enrolment("http://coord.test", "tok", "fp", epsilon_cap="10",
+                          max_release_epsilon="1")
+    path = tmp_path / "round-1.json"
+    with caplog.at_level("WARNING", logger="fedod.participant"):
+        part._draw(agent, config, protocol, 1, state, [SimpleNamespace(X=_data())],
+                   DataOptions(), enrolment, path, None)  # type: ignore[arg-type]
+    assert f"{int((exact > 100).sum())} value(s) were clipped" in caplog.text
+    sent = np.array(json.loads(path.read_text())["values"])
+    protocol.bounds(state).check(sent)  # the coordinator accepts it; unclipped, it would not
+    with pytest.raises(ReleaseOutOfBounds, match="public bound"):
+        protocol.bounds(state).check(exact)
