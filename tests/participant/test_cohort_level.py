@@ -181,7 +181,7 @@ def test_a_failed_run_is_reported_with_its_reason_not_waited_for() -> None:
 
 def test_a_participant_past_the_record_bound_is_clipped_and_told_locally(tmp_path, caplog,
                                                                            monkeypatch) -> None:
-    """With max_records 100 and 600 records, the release is drawn from counts clipped to
+    """With max_records 100 and 6000 records, the release is drawn from counts clipped to
     100 (the sensitivities still hold) and the participant's log says how many values were
     clipped; nothing of that is sent."""
     from common.secagg.params import AggregationParams
@@ -191,14 +191,15 @@ def test_a_participant_past_the_record_bound_is_clipped_and_told_locally(tmp_pat
         update={"aggregation": AggregationParams(max_records=100)})
     protocol = protocol_of(config)
     state = protocol.start()
-    exact = protocol.exact(state, _data())
-    assert exact.max() > 100
+    X = np.tile(_data(), (10, 1))
+    exact = protocol.exact(state, X)
+    assert exact.max() > 1000
     agent = Agent(tmp_path / "state")
     enrolment = Enrolment("http://coord.test", "tok", "fp", epsilon_cap="10",
                           max_release_epsilon="1")
     path = tmp_path / "round-1.json"
     with caplog.at_level("WARNING", logger="fedod.participant"):
-        part._draw(agent, config, protocol, 1, state, [SimpleNamespace(X=_data())],
+        part._draw(agent, config, protocol, 1, state, [SimpleNamespace(X=X)],
                    DataOptions(), enrolment, path, None)  # type: ignore[arg-type]
     assert f"{int((exact > 100).sum())} value(s) were clipped" in caplog.text
     sent = np.array(json.loads(path.read_text())["values"])
