@@ -85,7 +85,8 @@ class CoordinatorKit:
 
     @staticmethod
     def release(signed, rng, *, key=None, lsh_values=None, grid_values=None, **override):
-        """A ``ContributionCreate`` JSON body of random counts that matches the config.
+        """A ``ContributionCreate`` JSON body of random noise-free counts of one dataset that
+        matches the config (so it passes the poisoning bounds).
 
         Returns ``(body, lsh_values, grid)`` where grid is ``(indices|None, values)`` or None.
         """
@@ -96,21 +97,28 @@ class CoordinatorKit:
         from common.encoding import encode_counts
 
         config = CoordinatorKit.config_of(signed)
+        records = int(rng.integers(50, 200))  # exact counts of one dataset: what an honest
+        # release holds within its noise (common.release_bounds: every table sums to it)
         if lsh_values is None:
-            lsh_values = rng.integers(-50, 200, size=config.lsh_cells)
+            offsets = config.lsh_family().offsets
+            lsh_values = np.concatenate([rng.multinomial(records, np.full(b - a, 1 / (b - a)))
+                                         for a, b in zip(offsets[:-1], offsets[1:])])
         grid = None
         grid_enc = None
         if config.grid is not None:
             if config.grid_layout == "dense":
-                vals = grid_values if grid_values is not None else rng.integers(
-                    -5, 50, size=config.grid_cells)
+                vals = grid_values if grid_values is not None else rng.multinomial(
+                    records, np.full(config.grid_cells, 1 / config.grid_cells))
                 grid = (None, np.asarray(vals))
             else:
                 from common.cellkeys import key_words, keys_from_ints
 
                 cells = np.unique(rng.integers(0, min(config.grid_cells, 2**62), size=8))
                 idx = keys_from_ints(cells.tolist(), key_words(config.grid_cells))
-                grid = (idx, rng.integers(1, 50, size=cells.size))
+                from common.release_bounds import release_bounds
+
+                low = release_bounds(config).threshold  # a thresholded release keeps >= T
+                grid = (idx, rng.integers(low, low + 50, size=cells.size))
             grid_enc = encode_counts(grid[1], indices=grid[0], n_cells=config.grid_cells)
         cost = config.release_cost()
         body = {

@@ -9,9 +9,13 @@ reads were committed together with the counter they bumped, so the result is exa
 number of workers; the ingest cost does not depend on the model size or on how many
 contributions were merged before.
 
-Every use of ``common.encoding.decode_counts`` / ``check_counts`` and ``common.merge`` is in
-:func:`decode_vector`, :func:`check_vector` and :func:`combine`, so a change of the sparse key
-type touches only these three functions.
+Every use of ``common.encoding.decode_counts`` and ``common.merge`` is in :func:`decode_vector`
+and :func:`combine` (ingest decodes with the first too, to check the poisoning bounds), so a
+change of the sparse key type touches only these two functions.
+
+Sums cannot wrap: ingest bounds every cell (:mod:`common.release_bounds`), a model cell is the
+sum of one release per contributor, and :func:`combine` raises rather than wraps
+(:attr:`common.release_bounds.ReleaseBounds.max_contributors`, ``2**22`` or more contributors).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from common.cellkeys import key_words
 from common.config import StudyConfig
-from common.encoding import EncodedCounts, check_counts, decode_counts, encode_counts
+from common.encoding import EncodedCounts, decode_counts, encode_counts
 from common.merge import merge_sparse, merge_sum
 from common.schemas import ModelPublic
 from coordinator.models import AggregateSnapshot, Contribution
@@ -47,11 +51,6 @@ Part = tuple[Decoded, Decoded | None]
 def decode_vector(enc: EncodedCounts, n_cells: int, max_bytes: int) -> Decoded:
     """Decode and validate one wire vector (``(indices or None, values)``, int64)."""
     return decode_counts(enc, expected_cells=n_cells, max_bytes=max_bytes)
-
-
-def check_vector(enc: EncodedCounts, n_cells: int, max_bytes: int) -> None:
-    """Validate one wire vector as :func:`decode_vector` does, keeping nothing (ingest)."""
-    check_counts(enc, expected_cells=n_cells, max_bytes=max_bytes)
 
 
 def combine(total: Decoded, part: Decoded, sign: int = 1) -> Decoded:

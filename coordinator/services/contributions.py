@@ -2,10 +2,11 @@
 
 Order of work, cheapest refusal first: idempotent replay (keys scoped per participant and
 study, read with the caller in one query, ``services.ingest_lookup``), config version and
-digest, claimed cost, budget (all before the body is decoded), then decoding and the digest
-of the counts (:func:`prepare`), then a short write transaction (``services.charge``, on
-PostgreSQL ``services.charge_pg``: their locks make budget, replacement and config checks
-exact under any number of workers) - for the route, the batch of its process's group commit
+digest, claimed cost, budget (all before the body is decoded), then decoding, the digest
+of the counts and the poisoning bounds (:func:`check_release`, :mod:`common.release_bounds`;
+the one place both the ORM and the group-commit path run, :func:`prepare`), then a short
+write transaction (``services.charge``, on PostgreSQL ``services.charge_pg``: their locks
+make budget, replacement and config checks exact under any number of workers) - for the route, the batch of its process's group commit
 (``services.group_commit``), which falls back to :func:`store_one` and
 :func:`refuse_charge` per release. The sums are not touched here: they are folded from the
 stored contributions when the model is read (``services.aggregate.fold``).
@@ -19,6 +20,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -34,10 +37,11 @@ from common.errors import (
     PayloadInvalid,
     SchemaMismatch,
 )
+from common.release_bounds import check_grid, check_lsh, release_bounds
 from common.schemas import ContributionCreate
 from coordinator.models import Contribution, Participant
 from coordinator.services import charge, charge_pg
-from coordinator.services.aggregate import check_vector
+from coordinator.services.aggregate import decode_vector
 from coordinator.services.charge import Stored
 from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.release_checks import check_config, over_budget
@@ -98,27 +102,35 @@ def _check_cost(config: StudyConfig, body: ContributionCreate) -> PrivacyBudget:
     return cost
 
 
-def _check(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes: int) -> None:
+def _decode(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes: int
+            ) -> NDArray[np.int64]:
     if enc.layout != layout:
         raise SchemaMismatch(f"{what} counts must be {layout}, got {enc.layout}")
     try:
-        check_vector(enc, n_cells, max_bytes)
+        return decode_vector(enc, n_cells, max_bytes)[1]
     except PayloadInvalid as exc:
         exc.message = f"{what} counts: {exc.message}"
         raise
 
 
 def check_release(config: StudyConfig, body: ContributionCreate, max_bytes: int) -> None:
-    """Decode and check both vectors against the config's shapes and ranges (nothing is kept:
-    the model's fold decodes the stored release again)."""
-    _check(body.lsh, config.lsh_cells, "dense", "lsh", max_bytes)
+    """Decode and check both vectors against the config's shapes and ranges, then against the
+    poisoning bounds of :mod:`common.release_bounds` (cells within the record bound plus the
+    noise tail, LSH tables' and a dense grid's totals consistent), 422 naming the bound.
+    Nothing is kept: the model's fold decodes the stored release again."""
+    lsh = _decode(body.lsh, config.lsh_cells, "dense", "lsh", max_bytes)
     if config.grid is None:
         if body.grid is not None:
             raise SchemaMismatch("this study has no grid; send grid=null")
+        check_lsh(release_bounds(config), lsh)
         return
     if body.grid is None:
         raise SchemaMismatch("this study releases a grid too; the grid counts are missing")
-    _check(body.grid, config.grid_cells, config.grid_layout or "dense", "grid", max_bytes)
+    grid = _decode(body.grid, config.grid_cells, config.grid_layout or "dense", "grid",
+                   max_bytes)
+    bounds = release_bounds(config)
+    check_grid(bounds, grid)
+    check_lsh(bounds, lsh, grid)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ def test_wide_sparse_grid_merges_across_participants(client, make_participant, m
     top = config.grid_cells - 1
     cells = [[0, 2**40, top], [2**40, 2**100, top]]
     for member, own in zip(members, cells, strict=True):
-        grid = encode_counts(np.array([5, 7, 9]), indices=keys_from_ints(own, 3),
+        grid = encode_counts(np.array([105, 107, 109]), indices=keys_from_ints(own, 3),
                              n_cells=config.grid_cells)
         body, _, _ = coord_kit.release(signed, rng, grid=grid.model_dump(mode="json"))
         r = client.post("/v1/studies/wide/contributions", json=body, headers=member.headers)
@@ -35,7 +35,7 @@ def test_wide_sparse_grid_merges_across_participants(client, make_participant, m
                                  expected_cells=StudyConfig.model_validate_json(
                                      signed["payload"]).grid_cells)
     assert keys is not None and ints_from_keys(keys) == [0, 2**40, 2**100, top]
-    assert values.tolist() == [5, 7 + 5, 7, 9 + 9]
+    assert values.tolist() == [105, 107 + 105, 107, 109 + 109]  # kept values are >= T
 
 
 def test_wide_key_beyond_the_grid_is_refused(client, make_participant, make_study, coord_kit,

@@ -1,0 +1,234 @@
+"""Poisoning bounds of independent LSH and grid releases (issue 25): what an honest release
+can hold, from public parameters only. Pure: no I/O, no clock.
+
+An honest participant releases exact counts plus discrete Laplace noise
+(:mod:`common.release`). With ``R = aggregation.max_records`` (the public per-participant
+record bound per cell, default ``10**6``; :class:`common.secagg.params.AggregationParams`)
+and a noise tail ``B`` (:func:`common.noise.tails.laplace_tail`, union-bounded over every
+cell of the release at ``beta / 2``):
+
+1. **LSH and dense grid cells** lie in ``[-B, R + B]`` (exact counts are in ``[0, R]``).
+2. **Sparse (thresholded) grid cells** lie in ``[T, R + B]``: the thresholded mechanism only
+   keeps a noisy count ``>= T`` (:func:`common.release.make_threshold_noise`, public ``T``).
+   The union bound runs over ``2**62`` cells (any number of occupied cells a body can hold).
+3. **LSH tables agree**: a record falls in exactly one cell of every table, so every table's
+   exact total is the participant's record count ``X``. The noisy total of table ``t`` is
+   ``X + N_t`` with ``N_t`` the sum of its ``c_t`` cells' noise, ``|N_t| <= b_t`` with
+   probability ``1 - beta / (2 tables)`` each (:func:`common.secagg.sum_tail.polya_sum_tail`:
+   discrete Laplace is ``NB(1) - NB(1)``). An honest release therefore has some ``X`` with
+   ``|total_t - X| <= b_t`` for every table: ``max(total_t - b_t) <= min(total_t + b_t)``.
+   A table holding a cell at or above ``R - B`` (*saturated*: a count clipped at ``R`` would
+   be there) is only held to the upper side (clipping only lowers a total). A dense grid is
+   one more such table (every record is in exactly one of its cells: out-of-range values are
+   clipped to the edge bins).
+
+An honest release fails any of these with probability below ``beta`` (``2**-40``).
+
+**The noise scale.** LSH noise has scale ``n_tables * N / epsilon_lsh`` and a dense grid's
+``N / epsilon_grid``, ``N`` the participant's ``--rows-per-id`` (1 without it). ``N`` is a
+local option, not in the signed config, so the bounds assume the largest
+:data:`MAX_ROWS_PER_ID` (a sparse grid is only released with ``N = 1``). A participant
+releasing with a larger ``N`` is refused here: ``participant.policy`` should refuse such an
+``N`` before anything is charged.
+
+**What cannot be caught** (no aggregation can without proofs of input validity, Prio-style):
+mass moved between cells of a table (totals unchanged), every table and the grid shifted by
+the same amount (a consistent lie about the record count, up to ``R`` per cell), changes
+below the noise tail, and an upward shift of a saturated table.
+
+**Sums cannot wrap.** Every accepted cell has ``|v| <= R + B``; the model is a sum of one
+release per contributor (a replacement subtracts the release it replaces), so a model cell is
+at most ``contributors * (R + B)``, which fits int64 for up to :attr:`ReleaseBounds.
+max_contributors` contributors (``2**22`` at the largest ``R = 2**40`` and any tail below
+``2**40``); the fold's :func:`common.merge.merge_sum` raises rather than wraps past that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import NDArray
+
+from common.config import StudyConfig
+from common.errors import ReleaseOutOfBounds
+from common.noise.tails import FAILURE_PROBABILITY, laplace_tail
+from common.secagg.params import AggregationParams
+from common.secagg.sum_tail import polya_sum_tail
+
+__all__ = ["MAX_ROWS_PER_ID", "ReleaseBounds", "release_bounds", "check_lsh", "check_grid"]
+
+MAX_ROWS_PER_ID = 16
+"""Largest ``--rows-per-id`` the bounds allow for: the noise scale grows with it."""
+_SPARSE_UNION = 2**62
+_I64_MAX = 2**63 - 1
+
+
+def _scale(sensitivity: int, epsilon: Decimal) -> float:
+    return float(Decimal(sensitivity) / epsilon) * (1 + 1e-12)  # at least the float scale used
+
+
+@lru_cache(maxsize=16)
+def _threshold(epsilon: Decimal, delta: Decimal) -> int:
+    from common.release import make_threshold_noise  # OpenDP: imported only when needed
+
+    return make_threshold_noise(epsilon, delta)[1]
+
+
+@dataclass(frozen=True)
+class ReleaseBounds:
+    """The public bounds of one study config's releases (module docstring)."""
+
+    max_records: int
+    lsh_scale: float
+    lsh_tail: int
+    tables: tuple[tuple[int, int], ...]
+    table_tails: tuple[int, ...]
+    grid_layout: str | None
+    grid_scale: float
+    grid_tail: int
+    grid_total_tail: int
+    threshold: int
+    beta: float
+
+    @property
+    def max_cell(self) -> int:
+        """The largest magnitude of an accepted cell."""
+        return self.max_records + max(self.lsh_tail, self.grid_tail)
+
+    @property
+    def max_contributors(self) -> int:
+        """Contributors whose releases at the bound still sum within int64."""
+        return _I64_MAX // self.max_cell
+
+
+_cache: dict[tuple[str, int, str, float], ReleaseBounds] = {}
+
+
+def release_bounds(config: StudyConfig, beta: float = FAILURE_PROBABILITY) -> ReleaseBounds:
+    """The bounds of ``config``'s releases at failure probability ``beta`` (kept per study,
+    config version and seed: a signed config version never changes)."""
+    key = (config.study_id, config.version, config.lsh.seed, beta)
+    found = _cache.get(key)
+    if found is None:
+        if len(_cache) >= 64:
+            _cache.clear()
+        found = _cache[key] = _bounds(config, beta)
+    return found
+
+
+def _bounds(config: StudyConfig, beta: float) -> ReleaseBounds:
+    p = config.privacy
+    records = (config.aggregation or AggregationParams()).max_records
+    n_tables = config.lsh.n_tables
+    lsh_scale = _scale(n_tables * MAX_ROWS_PER_ID, p.epsilon_lsh)
+    dense_cells = config.lsh_cells + (config.grid_cells if config.grid_layout == "dense" else 0)
+    union = dense_cells + (_SPARSE_UNION if config.grid_layout == "sparse" else 0)
+    offsets = [int(v) for v in config.lsh_family().offsets]
+    tables = tuple(zip(offsets[:-1], offsets[1:], strict=True))
+    per_total = beta / 2 / (len(tables) + 1)
+    grid_scale, grid_tail, grid_total_tail, threshold = 0.0, 0, 0, 0
+    if config.grid_layout == "dense":
+        grid_scale = _scale(MAX_ROWS_PER_ID, p.epsilon_grid)
+        grid_tail = laplace_tail(grid_scale, beta=beta / 2 / union)
+        grid_total_tail = polya_sum_tail(grid_scale, config.grid_cells, beta=per_total)
+    elif config.grid_layout == "sparse":
+        grid_scale = _scale(1, p.epsilon_grid)
+        grid_tail = laplace_tail(grid_scale, beta=beta / 2 / union)
+        threshold = _threshold(p.epsilon_grid, p.delta_grid)
+    return ReleaseBounds(
+        max_records=records, lsh_scale=lsh_scale,
+        lsh_tail=laplace_tail(lsh_scale, beta=beta / 2 / union),
+        tables=tables,
+        table_tails=tuple(polya_sum_tail(lsh_scale, b - a, beta=per_total) for a, b in tables),
+        grid_layout=config.grid_layout, grid_scale=grid_scale, grid_tail=grid_tail,
+        grid_total_tail=grid_total_tail, threshold=threshold, beta=beta)
+
+
+def _refuse(what: str, cell: int, value: int, low: int, high: int, why: str
+            ) -> ReleaseOutOfBounds:
+    return ReleaseOutOfBounds(
+        f"{what} is {value}; the public bound is [{low}, {high}] ({why}). An honest release "
+        "falls outside it with probability below 2^-40; nothing was stored or charged",
+        cell=cell, value=value, low=low, high=high)
+
+
+def _check_cells(values: NDArray[np.int64], low: int, high: int, name: str, why: str,
+                 bounds: ReleaseBounds) -> None:
+    if not values.size:
+        return
+    if int(values.min()) >= low and int(values.max()) <= high:
+        return
+    cell = int(np.flatnonzero((values < low) | (values > high))[0])
+    if name == "lsh":
+        table = next(t for t, (a, b) in enumerate(bounds.tables) if a <= cell < b)
+        what = f"cell {cell - bounds.tables[table][0]} of LSH table {table} (vector cell {cell})"
+    else:
+        what = f"grid value {cell}"
+    raise _refuse(what, cell, int(values[cell]), low, high, why)
+
+
+def _totals(values: NDArray[np.int64], spans: tuple[tuple[int, int], ...]) -> list[int]:
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    if values.size * int(np.abs(values).max(initial=0)) < _I64_MAX:
+        return [int(v) for v in np.add.reduceat(values, starts)]
+    big = values.astype(object)  # exact past int64 (never reached within the cell bound)
+    return [int(big[a:b].sum()) for a, b in spans]
+
+
+def check_lsh(bounds: ReleaseBounds, values: NDArray[np.int64],
+              grid: NDArray[np.int64] | None = None) -> None:
+    """Refuse an LSH vector (and a dense grid's values) outside rules 1 and 3."""
+    r, b = bounds.max_records, bounds.lsh_tail
+    _check_cells(values, -b, r + b, "lsh",
+                 f"[-B, max_records + B], max_records {r}, discrete Laplace tail B = {b} of "
+                 f"scale {bounds.lsh_scale:.6g} = n_tables x {MAX_ROWS_PER_ID} rows per id / "
+                 "epsilon_lsh", bounds)
+    totals = _totals(values, bounds.tables)
+    tails = list(bounds.table_tails)
+    saturated = [int(values[a:z].max(initial=-b)) >= r - b for a, z in bounds.tables]
+    names = [f"LSH table {t}" for t in range(len(totals))]
+    if grid is not None and bounds.grid_layout == "dense":
+        totals.append(int(grid.sum()))
+        tails.append(bounds.grid_total_tail)
+        saturated.append(int(grid.max(initial=0)) >= r - bounds.grid_tail)
+        names.append("the dense grid")
+    _check_totals(totals, tails, saturated, names)
+
+
+def _check_totals(totals: list[int], tails: list[int], saturated: list[bool],
+                  names: list[str]) -> None:
+    """Some record count ``X`` must be within every unsaturated table's tail of its total,
+    and no saturated table may exceed ``X`` by more than its tail."""
+    free = [i for i, s in enumerate(saturated) if not s]
+    if not free:
+        return
+    hi = min(free, key=lambda i: totals[i] + tails[i])  # X <= totals[hi] + tails[hi]
+    lo = max(range(len(totals)), key=lambda i: totals[i] - tails[i])  # X >= totals[lo] - ...
+    if totals[lo] - tails[lo] <= totals[hi] + tails[hi]:
+        return
+    raise ReleaseOutOfBounds(
+        f"{names[lo]}'s total {totals[lo]} and {names[hi]}'s total {totals[hi]} differ by "
+        f"{totals[lo] - totals[hi]}; the public bound is {tails[lo] + tails[hi]} (every "
+        "record is in exactly one cell of every table, so honest totals differ only by "
+        "their noise: the tails of the two totals' noise sums at 2^-40). Nothing was stored "
+        "or charged", first=names[lo], second=names[hi], difference=totals[lo] - totals[hi],
+        bound=tails[lo] + tails[hi])
+
+
+def check_grid(bounds: ReleaseBounds, values: NDArray[np.int64]) -> None:
+    """Refuse grid values outside rule 1 (dense) or rule 2 (sparse)."""
+    r, b = bounds.max_records, bounds.grid_tail
+    if bounds.grid_layout == "sparse":
+        _check_cells(values, bounds.threshold, r + b, "grid",
+                     f"[T, max_records + B]: the thresholded release keeps only noisy counts "
+                     f">= T = {bounds.threshold}; max_records {r}, tail B = {b} of scale "
+                     f"{bounds.grid_scale:.6g} = 1 / epsilon_grid", bounds)
+    else:
+        _check_cells(values, -b, r + b, "grid",
+                     f"[-B, max_records + B], max_records {r}, discrete Laplace tail B = {b} "
+                     f"of scale {bounds.grid_scale:.6g} = {MAX_ROWS_PER_ID} rows per id / "
+                     "epsilon_grid", bounds)
+
