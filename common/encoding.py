@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.cellkeys import MAX_KEY_BITS, as_keys, key_words, keys_problem
-from common.errors import PayloadInvalid, PayloadTooLarge
+from common.errors import PayloadInvalid, PayloadTooLarge, ReleaseOutOfBounds
 
 if TYPE_CHECKING:
     from common.release import Release
@@ -279,7 +279,11 @@ def _validated(
     values = np.frombuffer(body, dtype=dtype, offset=offset)
     wide = max_abs < 2 ** (8 * dtype.itemsize - 1)  # else every value of the type is in range
     if wide and values.size and (int(values.min()) < -max_abs or int(values.max()) > max_abs):
-        raise PayloadInvalid(f"counts outside the allowed range [-{max_abs}, {max_abs}]")
+        cell = int(np.flatnonzero((values < -max_abs) | (values > max_abs))[0])
+        raise ReleaseOutOfBounds(
+            f"value {cell} is {int(values[cell])}; the public bound is [-{max_abs}, {max_abs}] "
+            "(counts outside the allowed range of any count)", cell=cell,
+            value=int(values[cell]), low=-max_abs, high=max_abs)
     return indices, values
 
 

@@ -61,7 +61,8 @@ def safe_norm(v: NDArray[np.floating]) -> float:
     (scaled by the largest magnitude when the plain norm overflows); ``inf`` or ``nan`` only
     for a non-finite entry or a norm past the float range."""
     vec = np.asarray(v, dtype=np.float64)
-    norm = float(np.linalg.norm(vec))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is handled below
+        norm = float(np.linalg.norm(vec))
     if math.isfinite(norm) or vec.size == 0:
         return norm
     top = float(np.max(np.abs(vec)))
@@ -76,7 +77,8 @@ def project_ball(v: Vector, radius: float) -> Vector:
     Finite ``v`` always gives a finite result, also when its norm overflows a float (scaled
     by its largest magnitude first); a non-finite entry raises
     :class:`~common.errors.ModelNotFinite`."""
-    norm = float(np.linalg.norm(v))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is handled below
+        norm = float(np.linalg.norm(v))
     if norm <= radius:
         return v
     if math.isfinite(norm):
