@@ -35,7 +35,10 @@ async def create_gradient(
     For members of a study with an online section. The claimed cost must be one schedule
     window's charge; once `step_releases` releases are pending the coordinator takes one SGD
     step on their summed noisy sums. A release of the config's `centre_window` is summed into
-    the served centre instead (409 once the first step was taken: the centre is fixed).
+    the served centre instead (after the first step it is charged but not summed: the centre
+    is fixed). A noisy sum whose l2 norm is past the public bound (count or window_slots x
+    radius_x, plus the noise's norm tail at 2^-40) is refused with 422 naming the bound,
+    before anything is stored or charged.
     """
 
     def work(session: Session, settings: Settings) -> online.Outcome:
