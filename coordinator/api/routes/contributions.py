@@ -60,7 +60,10 @@ async def create_contribution(
     """Validate, store and charge one release (201; 200 for a replayed key).
 
     For members of the study. A later release of the same participant for the same study
-    replaces its earlier one in the model; every release is charged.
+    replaces its earlier one in the model; every release is charged. A cell outside the
+    public bound (max_records plus the noise tail at 2^-40, a sparse grid's threshold) or LSH
+    table totals that disagree past their noise tails are refused with 422 naming the bound,
+    before anything is stored or charged.
     """
 
     settings: Settings = request.app.state.settings
