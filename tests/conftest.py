@@ -102,7 +102,7 @@ class CoordinatorKit:
         if lsh_values is None:
             offsets = config.lsh_family().offsets
             lsh_values = np.concatenate([rng.multinomial(records, np.full(b - a, 1 / (b - a)))
-                                         for a, b in zip(offsets[:-1], offsets[1:])])
+                                         for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
         grid = None
         grid_enc = None
         if config.grid is not None:

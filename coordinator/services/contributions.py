@@ -6,9 +6,9 @@ digest, claimed cost, budget (all before the body is decoded), then decoding, th
 of the counts and the poisoning bounds (:func:`check_release`, :mod:`common.release_bounds`;
 the one place both the ORM and the group-commit path run, :func:`prepare`), then a short
 write transaction (``services.charge``, on PostgreSQL ``services.charge_pg``: their locks
-make budget, replacement and config checks exact under any number of workers) - for the route, the batch of its process's group commit
-(``services.group_commit``), which falls back to :func:`store_one` and
-:func:`refuse_charge` per release. The sums are not touched here: they are folded from the
+make budget, replacement and config checks exact under any number of workers) - for the
+route, the batch of its process's group commit (``services.group_commit``), which falls back
+to :func:`store_one` and :func:`refuse_charge` per release. The sums are not touched here: they are folded from the
 stored contributions when the model is read (``services.aggregate.fold``).
 """
 
