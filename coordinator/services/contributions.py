@@ -8,8 +8,9 @@ the one place both the ORM and the group-commit path run, :func:`prepare`), then
 write transaction (``services.charge``, on PostgreSQL ``services.charge_pg``: their locks
 make budget, replacement and config checks exact under any number of workers) - for the
 route, the batch of its process's group commit (``services.group_commit``), which falls back
-to :func:`store_one` and :func:`refuse_charge` per release. The sums are not touched here: they are folded from the
-stored contributions when the model is read (``services.aggregate.fold``).
+to :func:`store_one` and :func:`refuse_charge` per release. The sums are not touched here:
+they are folded from the stored contributions when the model is read
+(``services.aggregate.fold``).
 """
 
 from __future__ import annotations
