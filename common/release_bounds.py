@@ -45,9 +45,11 @@ max_contributors` contributors (``2**22`` at the largest ``R = 2**40`` and any t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,6 +79,12 @@ def _threshold(epsilon: Decimal, delta: Decimal) -> int:
     return make_threshold_noise(epsilon, delta)[1]
 
 
+@lru_cache(maxsize=256)
+def _sum_tail(scale: float, cells: int, beta: float) -> int:
+    """:func:`polya_sum_tail` of ``cells`` discrete Laplace draws (tables share sizes)."""
+    return polya_sum_tail(scale, cells, beta=beta)
+
+
 @dataclass(frozen=True)
 class ReleaseBounds:
     """The public bounds of one study config's releases (module docstring)."""
@@ -86,6 +94,8 @@ class ReleaseBounds:
     lsh_tail: int
     tables: tuple[tuple[int, int], ...]
     table_tails: tuple[int, ...]
+    starts: NDArray[np.int64]
+    tail_array: NDArray[np.int64]
     grid_layout: str | None
     grid_scale: float
     grid_tail: int
@@ -138,11 +148,13 @@ def _bounds(config: StudyConfig, beta: float) -> ReleaseBounds:
         grid_scale = _scale(1, p.epsilon_grid)
         grid_tail = laplace_tail(grid_scale, beta=beta / 2 / union)
         threshold = _threshold(p.epsilon_grid, p.delta_grid)
+    table_tails = tuple(_sum_tail(lsh_scale, b - a, per_total) for a, b in tables)
     return ReleaseBounds(
         max_records=records, lsh_scale=lsh_scale,
         lsh_tail=laplace_tail(lsh_scale, beta=beta / 2 / union),
-        tables=tables,
-        table_tails=tuple(polya_sum_tail(lsh_scale, b - a, beta=per_total) for a, b in tables),
+        tables=tables, starts=np.array([a for a, _ in tables], dtype=np.int64),
+        tail_array=np.array(table_tails, dtype=np.int64),
+        table_tails=table_tails,
         grid_layout=config.grid_layout, grid_scale=grid_scale, grid_tail=grid_tail,
         grid_total_tail=grid_total_tail, threshold=threshold, beta=beta)
 
@@ -170,12 +182,12 @@ def _check_cells(values: NDArray[np.int64], low: int, high: int, name: str, why:
     raise _refuse(what, cell, int(values[cell]), low, high, why)
 
 
-def _totals(values: NDArray[np.int64], spans: tuple[tuple[int, int], ...]) -> list[int]:
-    starts = np.array([a for a, _ in spans], dtype=np.int64)
-    if values.size * int(np.abs(values).max(initial=0)) < _I64_MAX:
-        return [int(v) for v in np.add.reduceat(values, starts)]
-    big = values.astype(object)  # exact past int64 (never reached within the cell bound)
-    return [int(big[a:b].sum()) for a, b in spans]
+def _totals(values: NDArray[np.int64], bounds: ReleaseBounds) -> NDArray[Any]:
+    """Each table's total: int64 when no sum below can leave int64, else exact ints."""
+    if values.size * int(np.abs(values).max(initial=0)) < 2**61:
+        return np.add.reduceat(values, bounds.starts)
+    big = values.astype(object)  # exact past int64 (not reached within the cell bound)
+    return np.array([big[a:b].sum() for a, b in bounds.tables], dtype=object)
 
 
 def check_lsh(bounds: ReleaseBounds, values: NDArray[np.int64],
@@ -186,36 +198,37 @@ def check_lsh(bounds: ReleaseBounds, values: NDArray[np.int64],
                  f"[-B, max_records + B], max_records {r}, discrete Laplace tail B = {b} of "
                  f"scale {bounds.lsh_scale:.6g} = n_tables x {MAX_ROWS_PER_ID} rows per id / "
                  "epsilon_lsh", bounds)
-    totals = _totals(values, bounds.tables)
-    tails = list(bounds.table_tails)
-    saturated = [int(values[a:z].max(initial=-b)) >= r - b for a, z in bounds.tables]
-    names = [f"LSH table {t}" for t in range(len(totals))]
+    totals, tails = _totals(values, bounds), bounds.tail_array
+    saturated = np.maximum.reduceat(values, bounds.starts) >= r - b
+    tables = totals.size
     if grid is not None and bounds.grid_layout == "dense":
-        totals.append(int(grid.sum()))
-        tails.append(bounds.grid_total_tail)
-        saturated.append(int(grid.max(initial=0)) >= r - bounds.grid_tail)
-        names.append("the dense grid")
-    _check_totals(totals, tails, saturated, names)
+        grid_total = grid.astype(object).sum() if totals.dtype == object else grid.sum()
+        totals = np.append(totals, grid_total)
+        tails = np.append(tails, bounds.grid_total_tail)
+        saturated = np.append(saturated, int(grid.max(initial=0)) >= r - bounds.grid_tail)
+    _check_totals(totals, tails, saturated,
+                  lambda i: f"LSH table {i}" if i < tables else "the dense grid")
 
 
-def _check_totals(totals: list[int], tails: list[int], saturated: list[bool],
-                  names: list[str]) -> None:
+def _check_totals(totals: NDArray[Any], tails: NDArray[np.int64], saturated: NDArray[np.bool_],
+                  names: Callable[[int], str]) -> None:
     """Some record count ``X`` must be within every unsaturated table's tail of its total,
     and no saturated table may exceed ``X`` by more than its tail."""
-    free = [i for i, s in enumerate(saturated) if not s]
-    if not free:
+    if saturated.all():
         return
-    hi = min(free, key=lambda i: totals[i] + tails[i])  # X <= totals[hi] + tails[hi]
-    lo = max(range(len(totals)), key=lambda i: totals[i] - tails[i])  # X >= totals[lo] - ...
-    if totals[lo] - tails[lo] <= totals[hi] + tails[hi]:
+    upper, lower = totals + tails, totals - tails
+    hi = int(np.argmin(np.where(saturated, upper.max(), upper)))  # X <= upper[hi]
+    lo = int(np.argmax(lower))  # X >= lower[lo]
+    if lower[lo] <= upper[hi]:
         return
+    first, second = int(totals[lo]), int(totals[hi])
+    bound = int(tails[lo]) + int(tails[hi])
     raise ReleaseOutOfBounds(
-        f"{names[lo]}'s total {totals[lo]} and {names[hi]}'s total {totals[hi]} differ by "
-        f"{totals[lo] - totals[hi]}; the public bound is {tails[lo] + tails[hi]} (every "
-        "record is in exactly one cell of every table, so honest totals differ only by "
-        "their noise: the tails of the two totals' noise sums at 2^-40). Nothing was stored "
-        "or charged", first=names[lo], second=names[hi], difference=totals[lo] - totals[hi],
-        bound=tails[lo] + tails[hi])
+        f"{names(lo)}'s total {first} and {names(hi)}'s total {second} differ by "
+        f"{first - second}; the public bound is {bound} (every record is in exactly one cell "
+        "of every table, so honest totals differ only by their noise: the tails of the two "
+        "totals' noise sums at 2^-40). Nothing was stored or charged", first=names(lo),
+        second=names(hi), difference=first - second, bound=bound)
 
 
 def check_grid(bounds: ReleaseBounds, values: NDArray[np.int64]) -> None:
