@@ -169,10 +169,20 @@ def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
         r.applied_in = model.version
 
 
+def _stored(text: str, dim: int) -> NDArray[np.float64]:
+    """A stored model vector; zeros for one made non-finite before the poisoning bounds
+    (issue 25 item 3), so such a study learns again from the start instead of failing."""
+    try:
+        return decode_vector(text, dim)
+    except ValueError:
+        log.warning("a stored online model vector is not finite: served and used as zeros")
+        return np.zeros(dim)
+
+
 def _apply(model: OnlineModel, params: OnlineParams, releases: list[OnlineRelease]) -> None:
     """One SGD step on ``releases``; skipped (weights unchanged, a warning) if it would hold a
     non-finite value, so a study is never blocked by one step."""
-    w = decode_vector(model.weights, params.dim)
+    w = _stored(model.weights, params.dim)
     sums = [decode_vector(r.noisy_sum, params.dim) for r in releases]
     try:
         w = federated_step(w, model.version + 1, sums, [r.count for r in releases],
@@ -182,7 +192,7 @@ def _apply(model: OnlineModel, params: OnlineParams, releases: list[OnlineReleas
                     model.study_id, model.version + 1, [r.id for r in releases], exc)
         return
     model.version += 1
-    average = running_mean(decode_vector(model.average, params.dim), w, model.version)
+    average = running_mean(_stored(model.average, params.dim), w, model.version)
     model.weights, model.average = encode_vector(w), encode_vector(average)
 
 
@@ -294,6 +304,7 @@ def model_public(session: Session, study: Study) -> OnlineModelPublic:
     centre = centre_of(model, params)
     return OnlineModelPublic(study_id=study.id, config_version=config.version,
                              version=model.version or 0, pending=model.pending or 0,
-                             weights=model.weights, average=model.average,
+                             weights=encode_vector(_stored(model.weights, params.dim)),
+                             average=encode_vector(_stored(model.average, params.dim)),
                              centre=None if centre is None else encode_vector(centre),
                              centre_releases=model.centre_releases or 0)

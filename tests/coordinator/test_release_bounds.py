@@ -246,3 +246,23 @@ def test_any_int64_cell_is_a_201_or_a_422_never_a_5xx(client, coord_kit, study, 
         _finite_models(client, sid)
 
     run()
+
+
+def test_a_model_poisoned_before_the_bounds_learns_again(client, app, coord_kit, online_members):
+    """A study whose weights were made NaN before this fix is served zeros and steps again."""
+    from sqlalchemy.orm import Session
+
+    from coordinator.online_models import OnlineModel
+
+    signed = create_study(client, coord_kit, online_members, ONLINE)
+    h1 = online_members[0].headers
+    assert client.post(URL, json=body(signed, "a", np.ones(4), 2, 0, online=ONLINE),
+                       headers=h1).status_code == 201
+    with Session(app.state.engine) as s:
+        model = s.get(OnlineModel, "s1")
+        model.weights = model.average = _raw([math.nan] * 4)
+        s.commit()
+    assert np.all(decode_vector(_online_model(client)["weights"], 4) == 0)
+    r = client.post(URL, json=body(signed, "b", np.ones(4), 2, 1, online=ONLINE), headers=h1)
+    assert (r.status_code, r.json()["model_version"]) == (201, 2), r.text
+    assert np.any(decode_vector(_online_model(client)["weights"], 4) != 0)
