@@ -182,11 +182,16 @@ def _check_cells(values: NDArray[np.int64], low: int, high: int, name: str, why:
     raise _refuse(what, cell, int(values[cell]), low, high, why)
 
 
-def _totals(values: NDArray[np.int64], bounds: ReleaseBounds) -> NDArray[Any]:
-    """Each table's total: int64 when no sum below can leave int64, else exact ints."""
-    if values.size * int(np.abs(values).max(initial=0)) < 2**61:
+def _fits(values: NDArray[np.int64]) -> bool:
+    """Whether every partial sum of ``values`` (and a tail on top) stays within int64."""
+    return values.size * int(np.abs(values).max(initial=0)) < 2**61
+
+
+def _totals(values: NDArray[np.int64], bounds: ReleaseBounds, exact: bool) -> NDArray[Any]:
+    """Each table's total: int64, or exact Python ints when a sum might leave int64."""
+    if not exact:
         return np.add.reduceat(values, bounds.starts)
-    big = values.astype(object)  # exact past int64 (not reached within the cell bound)
+    big = values.astype(object)
     return np.array([big[a:b].sum() for a, b in bounds.tables], dtype=object)
 
 
@@ -198,12 +203,14 @@ def check_lsh(bounds: ReleaseBounds, values: NDArray[np.int64],
                  f"[-B, max_records + B], max_records {r}, discrete Laplace tail B = {b} of "
                  f"scale {bounds.lsh_scale:.6g} = n_tables x {MAX_ROWS_PER_ID} rows per id / "
                  "epsilon_lsh", bounds)
-    totals, tails = _totals(values, bounds), bounds.tail_array
+    dense = grid is not None and bounds.grid_layout == "dense"
+    exact = not _fits(values) or (grid is not None and dense and not _fits(grid))
+    totals, tails = _totals(values, bounds, exact), bounds.tail_array
     saturated = np.maximum.reduceat(values, bounds.starts) >= r - b
     tables = totals.size
-    if grid is not None and bounds.grid_layout == "dense":
-        grid_total = grid.astype(object).sum() if totals.dtype == object else grid.sum()
-        totals = np.append(totals, grid_total)
+    if grid is not None and dense:
+        grid_total = grid.astype(object).sum() if exact else grid.sum()
+        totals = np.append(totals, np.array([grid_total], dtype=totals.dtype))
         tails = np.append(tails, bounds.grid_total_tail)
         saturated = np.append(saturated, int(grid.max(initial=0)) >= r - bounds.grid_tail)
     _check_totals(totals, tails, saturated,

@@ -146,3 +146,18 @@ def test_sums_at_the_bound_cannot_wrap(records):
     model = np.array([n * bounds.max_cell, -n * bounds.max_cell], dtype=np.int64)
     with pytest.raises(PayloadInvalid, match="overflow"):  # raises, never wraps
         merge_sum(model, np.array([bounds.max_cell, -bounds.max_cell]))
+
+
+def test_table_totals_are_exact_past_int64():
+    """The exact path (taken when a total might leave int64) agrees with the int64 one and
+    keeps sums the int64 one would wrap."""
+    from common.release_bounds import _totals
+
+    config = _config("0.5", records=2**40)
+    bounds = release_bounds(config)
+    lsh, _ = _exact(config, 2**40, "one", np.random.default_rng(4))
+    np.testing.assert_array_equal(_totals(lsh, bounds, True).astype(np.int64),
+                                  _totals(lsh, bounds, False))
+    huge = np.full(config.lsh_cells, 2**62, dtype=np.int64)
+    a, b = bounds.tables[0]
+    assert _totals(huge, bounds, True)[0] == (b - a) * 2**62  # past int64, not wrapped
