@@ -170,8 +170,9 @@ def _step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
 
 
 def _stored(text: str, dim: int) -> NDArray[np.float64]:
-    """A stored model vector; zeros for one made non-finite before the poisoning bounds
-    (issue 25 item 3), so such a study learns again from the start instead of failing."""
+    """A stored model vector (weights, average, centre sum); zeros for one made non-finite
+    before the poisoning bounds (issue 25 item 3), so such a study learns again from the start
+    instead of failing."""
     try:
         return decode_vector(text, dim)
     except ValueError:
@@ -210,7 +211,7 @@ def _add_centre(session: Session, model: OnlineModel, params: OnlineParams,
     noisy = decode_vector(body.noisy_sum, params.dim)
     with np.errstate(over="ignore"):
         if model.centre_sum is not None:
-            noisy = noisy + decode_vector(model.centre_sum, params.dim)
+            noisy = noisy + _stored(model.centre_sum, params.dim)
         try:
             centre_from_release(noisy, params.window_slots * (model.centre_releases + 1))
         except ModelNotFinite as exc:
@@ -228,7 +229,7 @@ def centre_of(model: OnlineModel, params: OnlineParams) -> NDArray[np.float64] |
     of slots, bias coordinate 0 (:func:`common.online.learner.centre_from_release`)."""
     if model.centre_sum is None or not model.centre_releases:
         return None
-    return centre_from_release(decode_vector(model.centre_sum, params.dim),
+    return centre_from_release(_stored(model.centre_sum, params.dim),
                                params.window_slots * model.centre_releases)
 
 
