@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from common.secagg.keys import RoundSecrets, raw_public, share_aad, share_key
 from common.secagg.masks import apply_masks, pack_words, pair_seed, to_words
+from common.secagg.membership import MembershipBody, check_certified
 from common.secagg.messages import (
     RecoverBody,
     RequestBody,
@@ -102,8 +103,11 @@ def check_roster(
     params: AggregationParams,
     config_digest: str,
     modulus_bits: int,
+    certified: MembershipBody | None = None,
 ) -> VerifiedRoster:
-    """:func:`verify_roster`, plus: my own advert is in it, byte for byte."""
+    """:func:`verify_roster`, plus: my own advert is in it, byte for byte, and (with
+    ``certified``, the verified consortium certificate) every member is certified with the
+    identity key the roster lists and the roster has at least ``max(n - D, h_min)`` members."""
     roster = verify_roster(
         signed,
         coordinator_key=coordinator_key,
@@ -115,6 +119,8 @@ def check_roster(
     mine = [m for m in roster.body.members if m.participant == me]
     if not mine or mine[0].advert != b64e(my_advert):
         raise RoundRefused(f"roster does not carry {me}'s advert as {me} sent it")
+    if certified is not None:
+        check_certified(roster, certified, params)
     return roster
 
 
@@ -125,10 +131,17 @@ def mask_upload(
     identity: Ed25519PrivateKey,
     secrets: RoundSecrets,
     noisy: NDArray[np.int64],
+    unmasked_attempt: int | None = None,
 ) -> bytes:
     """The masked frame: ``noisy`` (counts + noise share) masked, and b_u's shares sealed for
-    the other members (roster order)."""
+    the other members (roster order). Refused once this member has unmasked another attempt
+    of the round (``unmasked_attempt``, from its durable state): its vector is in that sum."""
     body, k = roster.body, roster.body.modulus_bits
+    if unmasked_attempt is not None and unmasked_attempt != body.attempt:
+        raise RoundRefused(
+            f"{me} already unmasked attempt {unmasked_attempt} of round {body.round}: its "
+            "noisy vector never enters a second sum, so it masks no other attempt"
+        )
     mine = roster.members[me]
     seeds: list[tuple[int, bytes]] = []
     for name in roster.holders(me):

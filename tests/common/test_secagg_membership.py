@@ -1,0 +1,138 @@
+"""Consortium-certified membership: verify refusals, invented members, h_min, item 11."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from secagg_kit import DIGEST, Cohort
+
+from common.secagg import participant as p
+from common.secagg.membership import (
+    MembershipBody,
+    SignedMembership,
+    sign_membership,
+    verify_membership,
+)
+from common.secagg.messages import RoundRefused, b64e
+
+NOW = datetime(2026, 11, 28, 6, 0, tzinfo=UTC)
+CONSORTIUM = Ed25519PrivateKey.generate()
+
+
+def certify(cohort: Cohort, key=CONSORTIUM, **over) -> SignedMembership:
+    fields = dict(
+        study_id="s1", version=1, expires_at=NOW + timedelta(days=30),
+        cohort_size=cohort.params.cohort_size, max_dropouts=cohort.params.max_dropouts,
+        max_colluders=cohort.params.max_colluders,
+        members={n: b64e(p.raw_public(m.identity)) for n, m in cohort.members.items()},
+    )
+    return sign_membership(MembershipBody(**{**fields, **over}), key)
+
+
+def verify(cohort: Cohort, signed: SignedMembership, **kw) -> MembershipBody:
+    args = dict(study="s1", params=cohort.params, now=NOW)
+    return verify_membership(signed, CONSORTIUM.public_key(), **{**args, **kw})
+
+
+def test_a_good_certificate_verifies():
+    cohort = Cohort.make(4)
+    body = verify(cohort, certify(cohort))
+    assert sorted(body.members) == sorted(cohort.members)
+
+
+@pytest.mark.parametrize(
+    ("over", "kw", "match"),
+    [
+        ({"key": Ed25519PrivateKey.generate()}, {}, "not signed by the consortium key"),
+        ({"study_id": "other"}, {}, "for study 'other'"),
+        ({"expires_at": NOW}, {}, "expired"),
+        ({"max_colluders": 2}, {}, r"\(n, D, T\)"),
+        ({"cohort_size": 5}, {}, r"\(n, D, T\)"),
+        ({}, {"now": NOW + timedelta(days=31)}, "expired"),
+        ({"members": {}}, {}, "exactly n = 4"),
+    ],
+)
+def test_verify_refusals(over, kw, match):
+    cohort = Cohort.make(4)
+    with pytest.raises(RoundRefused, match=match):
+        verify(cohort, certify(cohort, **over), **kw)
+
+
+def test_a_repeated_key_is_refused():
+    cohort = Cohort.make(3)
+    key = b64e(p.raw_public(cohort.members["h00"].identity))
+    signed = certify(cohort, members={"h00": key, "h01": key, "h02": key})
+    with pytest.raises(RoundRefused, match="twice"):
+        verify(cohort, signed)
+
+
+def test_a_tampered_payload_is_refused():
+    cohort = Cohort.make(3)
+    signed = certify(cohort)
+    forged = SignedMembership(payload=signed.payload.replace('"version":1', '"version":2'),
+                              signature=signed.signature)
+    with pytest.raises(RoundRefused, match="not signed"):
+        verify(cohort, forged)
+
+
+def check(cohort: Cohort, name: str, certified: MembershipBody):
+    m = cohort.members[name]
+    return p.check_roster(
+        cohort.roster, me=name, my_advert=m.advert,
+        coordinator_key=cohort.coordinator.public_key(), ref=cohort.ref, params=cohort.params,
+        config_digest=DIGEST, modulus_bits=cohort.k, certified=certified,
+    )
+
+
+def test_certified_roster_passes():
+    cohort = Cohort.make(4)
+    certified = verify(cohort, certify(cohort))
+    cohort.publish()
+    assert check(cohort, "h00", certified).names == sorted(cohort.members)
+
+
+def test_invented_members_are_refused():
+    """The coordinator's own identities (valid adverts) in place of certified members."""
+    honest = Cohort.make(4)
+    certified = verify(honest, certify(honest))
+    for name in ("h01", "h02", "h03"):  # same names, keys the coordinator made
+        honest.members[name].identity = Ed25519PrivateKey.generate()
+        honest.add(name)
+    honest.publish()
+    with pytest.raises(RoundRefused, match="another identity key"):
+        check(honest, "h00", certified)
+
+
+def test_an_uncertified_name_is_refused():
+    cohort = Cohort.make(4, max_dropouts=1)
+    certified = verify(cohort, certify(cohort))
+    cohort.add("zz-coordinator")
+    cohort.publish(["h00", "h01", "h02", "zz-coordinator"])
+    with pytest.raises(RoundRefused, match="not in the consortium"):
+        check(cohort, "h00", certified)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_roster_below_certified_h_min_is_refused(size):
+    """n = 6, D = 2, T = 1: h_min = 3, n - D = 4; a roster of certified members only, but
+    fewer than max(n - D, h_min) of them, is refused."""
+    cohort = Cohort.make(6, max_dropouts=2, max_colluders=1)
+    certified = verify(cohort, certify(cohort))
+    cohort.publish([f"h{i:02d}" for i in range(size)])
+    with pytest.raises(RoundRefused, match="members"):
+        check(cohort, "h00", certified)
+
+
+def test_mask_upload_refuses_after_another_attempt_was_unmasked():
+    cohort = Cohort.make(3, attempt=2)
+    cohort.publish()
+    roster = cohort.check("h00")
+    m = cohort.members["h00"]
+    with pytest.raises(RoundRefused, match="already unmasked attempt 1"):
+        p.mask_upload(roster, me="h00", identity=m.identity, secrets=m.secrets,
+                      noisy=np.zeros(4, dtype=np.int64), unmasked_attempt=1)
+    assert p.mask_upload(roster, me="h00", identity=m.identity, secrets=m.secrets,
+                         noisy=np.zeros(4, dtype=np.int64), unmasked_attempt=2)
