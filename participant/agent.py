@@ -84,6 +84,7 @@ class DataOptions:
             config, id_column=self.id_column, ignore=self.ignore,
             on_out_of_bounds=self.on_out_of_bounds,
             rows_per_id=self.rows_per_id if release else None,
+            on_bad_row="drop" if release else "error",  # participant.data: one bad row
         )
         source = open_source(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
         if spec.rows_per_id is not None and (

@@ -2,7 +2,8 @@
 
 Same vector as the in-process loop of :mod:`participant.cohorts` (exact integer arithmetic,
 so byte-identical): each worker streams its file in chunks through the protocol's ``exact``;
-only the per-partition integer vectors come back, never a record.
+only the per-partition integer vectors and local reports (counts of malformed rows dropped
+and values clipped, summed on the client, never sent) come back, never a record.
 """
 
 from __future__ import annotations
@@ -13,29 +14,34 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.cohorts.protocol import CohortState, RoundProtocol
-from participant.data import DataSource, DataSpec
+from participant.data import DataReport, DataSource, DataSpec
+from participant.dataset import merge_reports
 from participant.engine_dask import Source, _files, dask_client, first_error
 
 
 def partition_vector(file: Path, spec: DataSpec, chunk_rows: int, protocol: RoundProtocol,
-                     state: CohortState) -> NDArray[np.int64]:
-    """The exact vector of one partition (runs on a worker)."""
+                     state: CohortState) -> tuple[NDArray[np.int64], DataReport]:
+    """The exact vector of one partition and its local report (runs on a worker)."""
     total = np.zeros(protocol.size(state), dtype=np.int64)
-    for chunk in DataSource(file, spec, chunk_rows=chunk_rows):
+    source = DataSource(file, spec, chunk_rows=chunk_rows)
+    for chunk in source:
         total += protocol.exact(state, chunk.X)
-    return total
+    return total, source.report
 
 
 def exact_vector(source: Source, protocol: RoundProtocol, state: CohortState, *,
                  scheduler: str | None = None) -> NDArray[np.int64]:
-    """Sum of every partition's exact vector; the first failing partition's error is raised."""
+    """Sum of every partition's exact vector; the first failing partition's error is raised.
+    Sets ``source.report`` (malformed rows dropped and clipped values, summed here, local)."""
     with dask_client(scheduler) as client:
         parts = client.map(partition_vector, _files(source), spec=source.spec,
                            chunk_rows=source.chunk_rows, protocol=protocol, state=state,
                            pure=False)
         first_error(parts, f"cohort vector of {Path(source.path).name}", source.progress)
-        vectors: list[NDArray[np.int64]] = client.gather(parts)  # type: ignore[no-untyped-call]
+        results: list[tuple[NDArray[np.int64], DataReport]] = client.gather(  # type: ignore[no-untyped-call]
+            parts)
     total = np.zeros(protocol.size(state), dtype=np.int64)
-    for vector in vectors:
+    for vector, _ in results:
         total += vector
+    source.report = merge_reports(str(source.path), [report for _, report in results])
     return total

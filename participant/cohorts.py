@@ -48,16 +48,20 @@ def _setup(config: StudyConfig) -> RoundProtocol:
 
 def _exact(protocol: RoundProtocol, state: CohortState, source: Any,
            options: DataOptions) -> np.ndarray:
-    """The exact vector (in process, or per partition on Dask); a read failure gives zeros
+    """The exact vector (in process, or per partition on Dask); a malformed row is dropped
+    and counted locally (:mod:`participant.data`), a failure no row can cause gives zeros
     (the data must not decide whether a release goes out, as in ``contribute``)."""
     total = np.zeros(protocol.size(state), dtype=np.int64)
     try:
         if options.engine_kw():
             from participant.cohort_dask import exact_vector
 
-            return exact_vector(source, protocol, state, **options.engine_kw())
-        for chunk in source:
-            total += protocol.exact(state, chunk.X)
+            total = exact_vector(source, protocol, state, **options.engine_kw())
+        else:
+            for chunk in source:
+                total += protocol.exact(state, chunk.X)
+        if note := source.report.malformed_note():
+            log.warning("cohort round: %s", note)
     except Exception as exc:  # noqa: BLE001 - the release still goes out, noise only
         log.warning("cohort round: the data could not be used (%s: %s); a noise-only vector "
                     "goes out in its place (local only, not sent)", type(exc).__name__, exc)

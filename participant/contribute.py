@@ -8,8 +8,14 @@ Order of operations (each step durable before the next starts)::
     ─► write body to outbox/<key>.json (fsync) ─► ledger: stored
     ─► wait for the send slot ─► POST (retries send these same bytes) ─► ledger: acknowledged
 
+**One malformed row is one dropped record** (issue 25): a row with an empty, NA, NaN,
+non-numeric or infinite feature value (or a CSV line with the wrong number of fields) is
+dropped and counted locally (:attr:`participant.data.DataReport.malformed`, never sent), so
+it moves the release by at most what removing one record may.
+
 **Nothing after the reservation may fail because of the data** (issue 15): if reading the
-file, counting or drawing the noise raises, the release goes out anyway with *noise-only*
+file (unreadable, a missing column: nothing one row can cause), counting or drawing the
+noise raises, the release goes out anyway with *noise-only*
 counts (the histograms of an empty dataset), under the same key and at the same time, and the
 error is reported locally only. Whether and when a POST arrives therefore does not depend on
 the records; the ledger keeps the charge in every case. If even the noise-only release fails
@@ -32,6 +38,7 @@ machine; never row counts, clipping counts or any other statistic of the local d
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -52,6 +59,8 @@ from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data import Chunk
 from participant.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
+
+log = logging.getLogger("fedod.participant")
 
 if TYPE_CHECKING:  # OpenDP takes ~1 s to import: only where noise is drawn, not on workers
     from common.release import Release
@@ -109,7 +118,15 @@ def exact_histograms(
             out.grid_cells, out.grid_counts = merge_sparse(
                 out.grid_cells, out.grid_counts, *grid.occupied(chunk.X)  # type: ignore[arg-type]
             )
+    note_malformed(source)
     return out
+
+
+def note_malformed(source: object) -> None:
+    """Say locally how many malformed rows the release dropped (never sent)."""
+    report = getattr(source, "report", None)
+    if report is not None and (note := report.malformed_note()):
+        log.warning("%s", note)
 
 
 def empty_counts(config: StudyConfig) -> ExactCounts:

@@ -5,7 +5,22 @@ and the first bad rows (rows count data rows from 1, the CSV header excluded):
 
 - every study feature is present; any other column must be the record-key column
   (``id_column``) or explicitly ignored (``ignore``, e.g. an evaluation label);
-- values are numeric, present (no empty/NA/NaN) and finite.
+- values are numeric, present (no empty/NA/NaN) and finite. Every bad column is named in one
+  error (issue 28).
+
+**Malformed rows in a release** (``on_bad_row="drop"``, what every release path uses, see
+:meth:`participant.agent.DataOptions.source`): refusing the file because of one bad cell
+would make the release depend on one row (a noise-only substitute instead of the data), so
+a row with an empty, NA, NaN, non-numeric or infinite value in a study feature, a missing
+record key under ``rows_per_id``, or a CSV line with the wrong number of fields is *dropped*
+and counted per column in :attr:`DataReport.malformed` (local only, never sent, like the
+clipping counts). Each verdict depends on that row alone (:mod:`participant.cells`); CSV
+features are read as text and converted cell by cell, and a release reads CSV lines without
+quoting, so an unbalanced quote spoils its own line only (a quoted number such as ``"1.5"``
+is still read). Dropping a row is removing one record, the unit of privacy. What no single
+row can cause (a missing or unreadable file, a missing or unexpected column, a Parquet
+column of a non-numeric type) still fails; a release then sends its noise-only substitute.
+``check-data`` and ``score`` release nothing and keep refusing (``on_bad_row="error"``).
 
 **Out-of-bounds policy.** The study's public bounds define the hash cuts and the grid, so a
 value outside ``[lo, hi]`` is *clipped* to the nearest bound (``on_out_of_bounds="clip"``,
@@ -25,83 +40,24 @@ Memory stays bounded by the chunk size: Parquet is read batch by batch
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from common.config import StudyConfig
 from common.errors import SchemaMismatch
+from participant.cells import MAX_SHOWN, column_cells, column_error, joined_error, shown
+from participant.data_spec import Chunk, DataReport, DataSpec
 from participant.policy import keep_first_rows
 from participant.progress import Progress
 
-MAX_SHOWN = 5
+__all__ = ["Chunk", "DataReport", "DataSource", "DataSpec", "WRONG_FIELDS", "load_all"]
 
-
-@dataclass(frozen=True)
-class DataSpec:
-    """What the study expects: feature names and public bounds, plus local column roles."""
-
-    features: tuple[str, ...]
-    lo: NDArray[np.float64]
-    hi: NDArray[np.float64]
-    id_column: str | None = None
-    ignore: tuple[str, ...] = ()
-    on_out_of_bounds: str = "clip"
-    rows_per_id: int | None = None
-
-    @classmethod
-    def from_config(cls, config: StudyConfig, **local: object) -> DataSpec:
-        return cls(
-            features=tuple(f.name for f in config.features),
-            lo=np.array(config.lo, dtype=np.float64),
-            hi=np.array(config.hi, dtype=np.float64),
-            **local,  # type: ignore[arg-type]
-        )
-
-
-@dataclass
-class DataReport:
-    """Local-only facts about a pass over the file. Never sent to the coordinator."""
-
-    path: str
-    rows: int = 0
-    clipped: dict[str, int] = field(default_factory=dict)
-    dropped: int = 0
-
-    @property
-    def clipped_total(self) -> int:
-        return sum(self.clipped.values())
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Checked, clipped records ``X (n, d)`` and their keys (``None``: use row numbers)."""
-
-    X: NDArray[np.float64]
-    keys: pa.Array | None
-    first_row: int
-
-
-def _fail(
-    path: Path, column: str, problem: str, rows: NDArray[np.int64], values: list[object]
-) -> SchemaMismatch:
-    shown = ", ".join(
-        str(r) if v is None else f"{r} ({v!r})"
-        for r, v in zip(rows[:MAX_SHOWN], values + [None] * MAX_SHOWN, strict=False)
-    )
-    return SchemaMismatch(
-        f"{path}: column {column!r}: {problem}; first bad rows: {shown} "
-        f"(data rows counted from 1, header excluded)",
-        path=str(path),
-        column=column,
-        rows=[int(r) for r in rows[:MAX_SHOWN]],
-    )
+WRONG_FIELDS = "(line with the wrong number of fields)"
+"""The :attr:`DataReport.malformed` key of CSV lines a release skipped for their shape."""
 
 
 class DataSource:
@@ -190,6 +146,8 @@ class DataSource:
                 batch_size=self.chunk_rows, columns=self.columns
             )
             yield from self._checked(batches, bar)
+        elif self.spec.on_bad_row == "drop":
+            yield from self._checked(self._csv_batches(typed=False), bar)
         else:
             try:
                 yield from self._checked(self._csv_batches(typed=True), bar)
@@ -205,19 +163,35 @@ class DataSource:
         bar.close()
 
     def _csv_batches(self, *, typed: bool) -> Iterator[pa.RecordBatch]:
+        """CSV batches; ``typed=False`` reads the features as text. When dropping malformed
+        rows, every line is one row (no quoting: an unbalanced quote cannot swallow the lines
+        after it) and a line with the wrong number of fields is skipped and counted."""
+        drop = self.spec.on_bad_row == "drop"
+        text = pa.binary() if drop else pa.string()  # binary: invalid UTF-8 is one bad cell
         types: dict[str, pa.DataType] = {
-            f: (pa.float64() if typed else pa.string()) for f in self.spec.features
+            f: (pa.float64() if typed else text) for f in self.spec.features
         }
         if self.spec.id_column is not None:
-            types[self.spec.id_column] = pa.string()
+            types[self.spec.id_column] = text
+        parse = pacsv.ParseOptions()
+        if drop:
+            parse = pacsv.ParseOptions(quote_char=False, invalid_row_handler=self._bad_shape)
         reader = pacsv.open_csv(
             self.path,
             read_options=pacsv.ReadOptions(block_size=self._csv_block_bytes()),
+            parse_options=parse,
             convert_options=pacsv.ConvertOptions(
-                column_types=types, include_columns=self.columns, strings_can_be_null=True
+                column_types=types, include_columns=self.columns, strings_can_be_null=True,
+                check_utf8=not drop,
             ),
         )
         yield from reader
+
+    def _bad_shape(self, row: object) -> str:
+        """A CSV line with the wrong number of fields: dropped and counted (releases only)."""
+        self.report.malformed[WRONG_FIELDS] = self.report.malformed.get(WRONG_FIELDS, 0) + 1
+        self.report.malformed_rows += 1
+        return "skip"
 
     def _csv_block_bytes(self) -> int:
         """CSV block size: roughly ``chunk_rows`` rows of ~20 bytes per value, 1-64 MiB."""
@@ -230,16 +204,22 @@ class DataSource:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            X = np.empty((batch.num_rows, len(self.spec.features)), dtype=np.float64)
-            for j, name in enumerate(self.spec.features):
-                X[:, j] = self._column(batch.column(name), name, j)
-            keys = None if self.spec.id_column is None else batch.column(self.spec.id_column)
             first = self.report.rows + 1
+            X, bad = self._features(batch, first)
+            keys = None if self.spec.id_column is None else batch.column(self.spec.id_column)
+            if self.spec.rows_per_id is not None and keys is not None and keys.null_count:
+                no_key = keys.is_null().to_numpy(zero_copy_only=False)
+                if self.spec.on_bad_row != "drop":
+                    raise column_error(self.path, str(self.spec.id_column), "missing record keys",
+                                np.flatnonzero(no_key) + first, [])
+                self._count(str(self.spec.id_column), no_key)
+                bad |= no_key
+            if bad.any():  # releases only: a malformed row is dropped, like a removed record
+                self.report.malformed_rows += int(bad.sum())
+                X = X[~bad]
+                keys = None if keys is None else keys.filter(pa.array(~bad))
+            self._clip(X, first, bad)
             if self.spec.rows_per_id is not None and keys is not None:
-                if keys.null_count:
-                    rows = np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))
-                    raise _fail(self.path, str(self.spec.id_column), "missing record keys",
-                                rows + first, [])
                 keep = keep_first_rows(self._per_id, keys.to_pylist(), self.spec.rows_per_id)
                 self.report.dropped += int((~keep).sum())
                 X, keys = X[keep], keys.filter(pa.array(keep))
@@ -251,60 +231,61 @@ class DataSource:
                 bar.update(batch.num_rows)
             yield Chunk(X=X, keys=keys, first_row=first)
 
-    def _column(self, arr: pa.Array, name: str, j: int) -> NDArray[np.float64]:
-        offset = self.report.rows + 1
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            arr = self._parse_text(arr, name, offset)
-        elif not (
-            pa.types.is_integer(arr.type)
-            or pa.types.is_floating(arr.type)
-            or pa.types.is_decimal(arr.type)
-        ):
-            raise SchemaMismatch(
-                f"{self.path}: column {name!r} has non-numeric type {arr.type}",
-                path=str(self.path),
-                column=name,
-            )
-        if arr.null_count:
-            rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
-            raise _fail(self.path, name, "missing values", rows + offset, [])
-        x = np.array(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-        bad = ~np.isfinite(x)
-        if bad.any():
-            rows = np.flatnonzero(bad)
-            what = "missing values (NaN)" if np.isnan(x[rows[0]]) else "non-finite values"
-            raise _fail(self.path, name, what, rows + offset, x[rows[:MAX_SHOWN]].tolist())
-        lo, hi = self.spec.lo[j], self.spec.hi[j]
-        out = (x < lo) | (x > hi)
-        n_out = int(out.sum())
-        if n_out:
+    def _count(self, column: str, mask: NDArray[np.bool_]) -> None:
+        if n := int(mask.sum()):
+            self.report.malformed[column] = self.report.malformed.get(column, 0) + n
+
+    def _features(self, batch: pa.RecordBatch, first: int
+                  ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """The feature matrix and the rows with a malformed cell. Refusing (``check-data``,
+        ``score``), every bad column is named in one error; dropping, each is counted."""
+        X = np.empty((batch.num_rows, len(self.spec.features)), dtype=np.float64)
+        bad = np.zeros(batch.num_rows, dtype=np.bool_)
+        errors: list[SchemaMismatch] = []
+        for j, name in enumerate(self.spec.features):
+            arr = batch.column(name)
+            cells = column_cells(arr, unquote=self.spec.on_bad_row == "drop")
+            if cells is None:
+                raise SchemaMismatch(
+                    f"{self.path}: column {name!r} has non-numeric type {arr.type}",
+                    path=str(self.path), column=name,
+                )
+            X[:, j] = cells.x
+            col_bad = cells.bad
+            if not col_bad.any():
+                continue
+            if self.spec.on_bad_row == "drop":
+                self._count(name, col_bad)
+                bad |= col_bad
+                continue
+            rows = np.flatnonzero(col_bad)
+            errors.append(column_error(self.path, name, cells.problem(), rows + first,
+                                shown(arr, rows[:MAX_SHOWN])))
+        if errors:
+            raise joined_error(errors)
+        return X, bad
+
+    def _clip(self, X: NDArray[np.float64], first: int, dropped: NDArray[np.bool_]) -> None:
+        """Clip each column to the public bounds in place and count (or refuse, ``error``)."""
+        errors: list[SchemaMismatch] = []
+        for j, name in enumerate(self.spec.features):
+            lo, hi = self.spec.lo[j], self.spec.hi[j]
+            out = (X[:, j] < lo) | (X[:, j] > hi)
+            n_out = int(out.sum())
+            if not n_out:
+                continue
             if self.spec.on_out_of_bounds == "error":
                 rows = np.flatnonzero(out)
-                raise _fail(
+                kept_rows = np.flatnonzero(~dropped)[rows]  # row numbers in the file
+                errors.append(column_error(
                     self.path, name, f"values outside the public bounds [{lo}, {hi}]",
-                    rows + offset, x[rows[:MAX_SHOWN]].tolist(),
-                )
-            np.clip(x, lo, hi, out=x)
-            self.report.clipped[name] = self.report.clipped.get(name, 0) + n_out
-        return x
-
-    def _parse_text(self, arr: pa.Array, name: str, offset: int) -> pa.Array:
-        try:
-            return pc.cast(arr, pa.float64())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
-        rows, values = [], []
-        for i, v in enumerate(arr.to_pylist()):
-            if v is None:
+                    kept_rows + first, X[rows[:MAX_SHOWN], j].tolist(),
+                ))
                 continue
-            try:
-                float(v)
-            except ValueError:
-                rows.append(i + offset)
-                values.append(v)
-                if len(rows) >= MAX_SHOWN:
-                    break
-        raise _fail(self.path, name, "non-numeric values", np.array(rows), values)
+            np.clip(X[:, j], lo, hi, out=X[:, j])
+            self.report.clipped[name] = self.report.clipped.get(name, 0) + n_out
+        if errors:
+            raise joined_error(errors)
 
 
 def load_all(source: DataSource) -> NDArray[np.float64]:

@@ -37,13 +37,16 @@ def dataset_files(path: str | Path) -> list[Path]:
 
 
 def merge_reports(path: str, reports: list[DataReport]) -> DataReport:
-    """One report for a dataset: rows, dropped rows and clipping counts summed over files."""
+    """One report for a dataset: rows, dropped, malformed and clipped counts summed over files."""
     total = DataReport(path)
     for r in reports:
         total.rows += r.rows
         total.dropped += r.dropped
+        total.malformed_rows += r.malformed_rows
         for name, n in r.clipped.items():
             total.clipped[name] = total.clipped.get(name, 0) + n
+        for name, n in r.malformed.items():
+            total.malformed[name] = total.malformed.get(name, 0) + n
     return total
 
 

@@ -42,7 +42,7 @@ from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
 from participant.cohort_columns import Cohorts
-from participant.contribute import ExactCounts
+from participant.contribute import ExactCounts, note_malformed
 from participant.contribute import exact_histograms as stream_histograms
 from participant.dask_ranks import BUCKET_ROWS, combined_ranks
 from participant.data import DataReport, DataSource, DataSpec
@@ -159,6 +159,7 @@ def exact_histograms(
         counts, report = tree_sum(client, parts)
     report.path = str(source.path)
     source.report = report
+    note_malformed(source)
     return counts
 
 
