@@ -59,7 +59,7 @@ class RecordParser:
         self.n += 1
         try:
             x = np.array([float(doc[c]) for c in self.columns], dtype=np.float64)
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # one row: dropped, counted
             self.bad += 1
             return None
         if not np.all(np.isfinite(x)):
@@ -81,8 +81,17 @@ class RecordParser:
                 return None
             if isinstance(doc, dict) and set(doc) == {"tick"} and isinstance(doc["tick"], int):
                 return Tick(doc["tick"])
-            return self._row(doc) if isinstance(doc, dict) else None
-        fields = next(csv.reader(io.StringIO(text)))
+            if not isinstance(doc, dict):
+                self.n += 1
+                self.bad += 1
+                return None
+            return self._row(doc)
+        try:
+            fields = next(csv.reader(io.StringIO(text)))
+        except csv.Error:  # e.g. a NUL byte: this line only
+            self.n += self.header is not None
+            self.bad += self.header is not None
+            return None
         if self.header is None:
             self.header = fields
             return None
@@ -104,7 +113,7 @@ def watch(directory: Path, columns: list[str], id_column: str, *, once: bool,
         fresh = sorted(p for p in directory.iterdir()
                        if p.is_file() and not p.name.startswith(".") and p.name not in done)
         for path in fresh:
-            with path.open() as fh:
+            with path.open(errors="replace") as fh:  # invalid UTF-8 spoils its own line only
                 yield from read_lines(fh, RecordParser(columns, id_column, path.name))
             done.add(path.name)
         if once:
