@@ -54,6 +54,7 @@ class RecordParser:
         self.header: list[str] | None = None
         self.n = 0
         self.bad = 0
+        self.json = False  # a JSON line was seen: a later non-JSON line is one bad record
 
     def _row(self, doc: dict[str, Any]) -> Record | None:
         self.n += 1
@@ -72,7 +73,12 @@ class RecordParser:
         text = line.strip()
         if not text:
             return None
+        if self.header is None and not text.startswith("{") and self.json:
+            self.n += 1
+            self.bad += 1
+            return None
         if self.header is None and text.startswith("{"):
+            self.json = True
             try:
                 doc = json.loads(text)
             except json.JSONDecodeError:
