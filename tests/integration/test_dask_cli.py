@@ -68,14 +68,23 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     assert "column 'bp': missing values (NaN); first bad rows: 17 (nan), 201 (nan)" in error
     assert dask.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1] == error
     assert not releases(recording_proxy)
-    # A release that read the data is charged whatever the data: on Dask too, a malformed
-    # partition sends a noise-only substitute (exit 3, the reason only locally).
+    # A release drops the malformed rows (issue 25 item 13: one bad row is one removed
+    # record), counted on the workers and summed locally; the release goes out from the rest.
+    dropped = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
+                      "--send-slot", "0")
+    assert dropped.returncode == 0, dropped.stderr
+    assert "2 malformed row(s) dropped" in dropped.stderr and "bp: 2" in dropped.stderr
+    assert len(releases(recording_proxy)) == 1
+    # What no row can cause (a partition whose column has a non-numeric type) still sends a
+    # noise-only substitute on Dask (exit 3, the reason only locally).
+    dates = pa.array(np.arange(table.num_rows).astype("datetime64[s]"))
+    pq.write_table(table.set_column(2, "bp", dates), data / "part-1.parquet")
     bad_release = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                           "--send-slot", "0")
     assert bad_release.returncode == 3, bad_release.stderr
     assert "a noise-only release was sent in its place" in bad_release.stderr
-    assert "missing values (NaN)" in bad_release.stderr
-    assert len(releases(recording_proxy)) == 1
+    assert "non-numeric type" in bad_release.stderr
+    assert len(releases(recording_proxy)) == 2
 
     pq.write_table(table, data / "part-1.parquet")
     checked = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask",
@@ -85,12 +94,12 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     sent = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                    "--send-slot", "0", "--json")
     assert sent.returncode == 0, sent.stderr
-    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 3  # the substitute and this one
+    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 4.5  # 3 releases, 1.5 each
     posts = [json.loads(r[3]) for r in releases(recording_proxy)]
-    assert len(posts) == 2 and set(posts[1]) == {"idempotency_key", "config_version",
+    assert len(posts) == 3 and set(posts[2]) == {"idempotency_key", "config_version",
                                                  "config_digest", "epsilon", "delta", "lsh",
                                                  "grid"}
-    assert EncodedCounts.model_validate(posts[1]["grid"]).layout == "dense"
+    assert EncodedCounts.model_validate(posts[2]["grid"]).layout == "dense"
 
     out = tmp_path / "scores.parquet"
     scored = run_cli(state, "score", "dask-cli", str(data), *cols, "--engine", "dask",
