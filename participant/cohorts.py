@@ -60,7 +60,8 @@ def _exact(protocol: RoundProtocol, state: CohortState, source: Any,
         else:
             for chunk in source:
                 total += protocol.exact(state, chunk.X)
-        if note := source.report.malformed_note():
+        report = getattr(source, "report", None)
+        if report is not None and (note := report.malformed_note()):
             log.warning("cohort round: %s", note)
     except Exception as exc:  # noqa: BLE001 - the release still goes out, noise only
         log.warning("cohort round: the data could not be used (%s: %s); a noise-only vector "

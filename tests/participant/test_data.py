@@ -111,3 +111,23 @@ def test_exported_public_bounds_are_round_numbers(lo, hi, expected):
     (got,) = study_bounds(np.array([[lo], [hi]]))
     assert got == expected
     assert all(len(repr(v)) <= 8 for v in got)  # no 0.30000000000000004 in a spec file
+
+
+def test_check_data_names_every_bad_column(tmp_path):
+    """Issue 28: one error names every bad column of the chunk, with its first bad rows."""
+    path = write_csv(tmp_path, "x,y\n1,2\n,abc\n3,inf\n")
+    with pytest.raises(SchemaMismatch) as info:
+        load_all(DataSource(path, SPEC))
+    text = str(info.value)
+    assert "column 'x': missing values; first bad rows: 2" in text
+    assert "column 'y': non-numeric values and non-finite values; first bad rows: 2 ('abc'), 3" in text
+    assert info.value.context["columns"] == ["x", "y"]
+
+
+def test_a_release_drops_a_row_without_a_key_under_rows_per_id(tmp_path):
+    path = write_csv(tmp_path, "rid,x,y\nr1,1,2\n,3,4\nr1,5,6\nr2,7,8\n")
+    spec = DataSpec(SPEC.features, SPEC.lo, SPEC.hi, id_column="rid", rows_per_id=1,
+                    on_bad_row="drop")
+    source = DataSource(path, spec)
+    np.testing.assert_array_equal(load_all(source), [[1, 2], [7, 8]])
+    assert source.report.malformed == {"rid": 1} and source.report.dropped == 1

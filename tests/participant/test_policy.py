@@ -8,6 +8,8 @@ import os
 
 import httpx
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -205,10 +207,15 @@ def test_row_cap_scales_the_noise_by_the_cap():
 
 
 def test_unusable_data_sends_a_noise_only_release_and_charges_it(tmp_path):
+    """What no single row can cause (here a column of dates: its type is the file's) still
+    sends a noise-only substitute; one bad row is dropped instead (tests/privacy/
+    test_malformed_rows.py)."""
     fake = FakeCoordinator(GridParams(bins=3, k=5))
     agent = agent_for(fake, tmp_path)
-    bad = write_rows(tmp_path / "bad.csv", 200)
-    bad.write_text(bad.read_text() + "0.1,abc,0.3\n")  # fails only after reading 200 rows
+    bad = tmp_path / "bad.parquet"
+    X = np.random.default_rng(0).uniform(0, 1, size=(200, 3))
+    dates = pa.array(np.arange(200).astype("datetime64[s]"))
+    pq.write_table(pa.table({"a": X[:, 0], "b": dates, "c": X[:, 2]}), bad)  # read, then fails
     with pytest.raises(rel.ReleaseSubstituted, match="noise-only release was sent") as info:
         agent.contribute("s1", bad, DataOptions(), send_slot=0)
     assert exit_code(info.value) == 3 and len(fake.posts) == 1
