@@ -1,4 +1,4 @@
-"""ORM tables of secure aggregation rounds (migration 0004_secagg)."""
+"""ORM tables of secure aggregation rounds (migrations 0004_secagg, 0012_membership)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,17 @@ class RoundMessage(Base):
     kind: Mapped[str] = mapped_column(String(8), primary_key=True)
     payload: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class StudyMembership(Base):
+    """The consortium-signed membership certificate of a study (migration 0012_membership).
+
+    Stored and served as uploaded: the coordinator cannot sign one (it does not hold the
+    consortium key), and members verify it under the key they pinned at enrolment."""
+
+    __tablename__ = "study_memberships"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    signed: Mapped[str] = mapped_column(Text)  # SignedMembership JSON
+    uploaded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

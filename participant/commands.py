@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from decimal import Decimal
@@ -18,6 +19,7 @@ from participant.cli_io import options, out
 from participant.cohorts_cli import cmd_cohorts
 from participant.config import Settings
 from participant.parser import build_parser
+from participant.state import Enrolment
 
 __all__ = ["COMMANDS", "build_parser"]
 
@@ -47,6 +49,8 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
                     delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
     from participant.round_files import ensure_identity
 
+    if args.consortium_key:
+        e = pin_consortium_key(agent, args.consortium_key)
     ensure_identity(agent)  # the long-term identity key for secure rounds
     out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
@@ -54,6 +58,27 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
          f"enrolled with {e.coordinator_url}; key {e.key_fingerprint} pinned; local cap "
          f"epsilon={e.epsilon_cap} delta={e.delta_cap}, at most epsilon="
          f"{e.max_release_epsilon} per release; state in {agent.state.root}")
+
+
+def pin_consortium_key(agent: Agent, text: str) -> Enrolment:
+    """Store the consortium's public key next to the pinned coordinator key."""
+    from participant.consortium import load_consortium_key, raw_key
+
+    e = dataclasses.replace(agent.state.load_enrolment(),
+                            consortium_key=raw_key(load_consortium_key(text)))
+    agent.state.save_enrolment(e, agent.state.load_key_pem())
+    return e
+
+
+def cmd_identity(agent: Agent, args: argparse.Namespace) -> None:
+    from common.secagg.keys import raw_public
+    from common.secagg.messages import b64e
+    from participant.round_files import identity_key
+
+    key = b64e(raw_public(identity_key(agent)))
+    with agent.client() as client:
+        name = client.me()["participant"]
+    out(args, {"participant": name, "identity_key": key}, f"{name} {key}")
 
 
 def cmd_approve(agent: Agent, args: argparse.Namespace) -> None:
@@ -181,7 +206,7 @@ def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
     from participant.secagg_round import run_secure_round
 
     doc = run_secure_round(agent, args.study, args.data, options(args), wait=args.wait,
-                           stop_after=args.stop_after)
+                           stop_after=args.stop_after, send_slot=args.send_slot)
     if "stopped_after" in doc:
         out(args, doc, f"left round {doc['round']} after sending {doc['stopped_after']}")
         return
@@ -191,7 +216,8 @@ def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
 
 
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
-    "enrol": cmd_enrol, "approve": cmd_approve, "config": cmd_config, "check-data": cmd_check_data,
+    "enrol": cmd_enrol, "identity": cmd_identity, "approve": cmd_approve, "config": cmd_config,
+    "check-data": cmd_check_data,
     "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
     "status": cmd_status, "round": cmd_round, "cohorts": cmd_cohorts,
 }

@@ -116,7 +116,13 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--epsilon-cap", required=True, metavar="EPS",
                    help="local epsilon cap over all releases; no config can raise it")
     p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
+    p.add_argument("--consortium-key", metavar="KEY",
+                   help="the consortium's public key (base64, PEM or a PEM file, from your "
+                   "data-protection officer's 'fedod-consortium keygen'): secure rounds run "
+                   "only with members it certified; required for secure rounds")
     ceiling_arg(p)
+    add("identity", "print this participant's identity public key (send it to your "
+                    "data-protection officer, who certifies it with 'fedod-consortium sign')")
     p = add("approve", "fetch a study config and approve the columns it releases; needed "
                        "when a new config version releases other columns than approved "
                        "(the first release of a study approves its columns)")
@@ -144,6 +150,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--coordinator", metavar="URL", help="coordinator URL (first run only)")
     p.add_argument("--fingerprint", metavar="sha256:HEX", help="pinned key (first run only)")
     p.add_argument("--fingerprint-file", metavar="FILE", help="file holding the fingerprint")
+    p.add_argument("--consortium-key", metavar="KEY",
+                   help="consortium public key to pin (first run only; secure studies)")
     p.add_argument("--token-file", metavar="FILE", help="credential file (first run only)")
     p.add_argument("--epsilon-cap", metavar="EPS", help="local epsilon cap (first run only)")
     p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
@@ -161,6 +169,10 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--stop-after", choices=("keys", "masked"), default=None,
                    help="drill: leave right after that message was accepted, as a "
                         "participant lost at that point would")
+    p.add_argument("--send-slot", type=float, default=SETTINGS.send_slot, metavar="S",
+                   help="the masked vector leaves S seconds after the roster was read (the "
+                        "next multiple if reading the data took longer), so when it leaves "
+                        "does not depend on the row count; 0 disables (tests and demos only)")
     from participant.stream_cmd import add_parser as add_stream
 
     add_stream(add)

@@ -54,7 +54,7 @@ def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float)
 
 
 def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
-                      released: bool, wait: float) -> bool:
+                      released: bool, wait: float, send_slot: float) -> bool:
     """Join the open round, or resume the one already joined; False if nothing was left."""
     from participant.round_files import ensure_identity, rounds_taken
     from participant.secagg_round import current_round, run_secure_round
@@ -65,7 +65,7 @@ def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
         if (state is None or state.round not in rounds_taken(agent, study)
                 or state.status in ("done", "abandoned", "rejected")):
             return False
-    run_secure_round(agent, study, data, options, wait=wait)
+    run_secure_round(agent, study, data, options, wait=wait, send_slot=send_slot)
     return True
 
 
@@ -83,12 +83,16 @@ def run_round(agent: Agent, args: argparse.Namespace, options: DataOptions) -> d
             token = fh.read().strip()
         agent.enrol(args.coordinator, token, fingerprint, epsilon_cap=args.epsilon_cap,
                     delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
+        if args.consortium_key:
+            from participant.commands import pin_consortium_key
+
+            pin_consortium_key(agent, args.consortium_key)
     config, _ = agent.fetch_config(args.study)
     released = released_under(agent, args.study, config.version)
     release = {"send_slot": args.send_slot, "approve_schema": args.approve_schema}
     if config.aggregation_mode == "secure":
         released_now = take_secure_round(agent, args.study, args.data, options, released,
-                                         args.wait)
+                                         args.wait, args.send_slot)
         released = not released_now
     elif not released:
         agent.contribute(args.study, args.data, options, **release)

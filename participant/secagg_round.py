@@ -2,13 +2,17 @@
 
 Order of operations (each step durable before the next)::
 
-    verify config ─► local ledger check + reserve (before any noise) ─► exact counts (LSH
+    verify config, consortium key pinned ─► per attempt: fresh X25519 keys (stored) ─► signed
+    advert, posted at once (it does not depend on the data) ─► verify roster: coordinator's
+    signature, and every member certified by the consortium's membership certificate under
+    the identity key the roster lists, at least max(n - D, h_min) of them (refused before
+    anything is read, drawn or charged) ─► local ledger check + reserve ─► exact counts (LSH
     tables, then the dense grid if the study has one), clipped to the public max_records; if
     the data cannot be read (or has no rows) the counts are zeros: a noise-only vector goes on
     through the round exactly like any other, and the command exits 3 afterwards ─►
     noisy vector = counts + a noise share per part (common.secagg.vector), drawn ONCE, stored
-    (rounds/<n>/noisy.npy) ─► per attempt: fresh X25519 keys (stored) ─► signed advert ─►
-    verify roster ─► masked frame stored, then posted (retries send the same bytes) ─►
+    (rounds/<n>/noisy.npy) ─► masked frame stored, then posted at the fixed send slot after
+    the roster was read (``send_slot``; retries send the same bytes) ─►
     unmask answer (its own self seed) only under the rules of common.secagg.participant, its
     attempt recorded (rounds/<n>/unmasked) before the answer leaves ─► only if members were lost
     after masking: the shares held of their seeds, for that same attempt only
@@ -24,7 +28,7 @@ without a particular sampler; the default is :func:`common.noise.sample_noise_sh
 from __future__ import annotations
 
 import functools
-import time
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -35,10 +39,12 @@ from numpy.typing import NDArray
 from common.config import StudyConfig
 from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
-from common.secagg.messages import RoundRef, SignedMessage
+from common.secagg.membership import MembershipBody, SignedMembership, verify_membership
+from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, raw_ed25519
 from common.secagg.schemas import RoundState
 from common.secagg.vector import NoiseShare, noisy_secure_vector
 from common.secagg.wire import OCTET_STREAM
+from participant import policy
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
 from participant.contribute import ReleaseSubstituted, empty_counts, exact_histograms
@@ -146,10 +152,12 @@ def _substituted(agent: Agent, study: str, number: int, files: RoundFiles, data:
 
 
 def _state(
-    client: CoordinatorClient, study: str, rosters: dict[str, SignedMessage] | None = None
+    client: CoordinatorClient,
+    study: str,
+    rosters: dict[str, tuple[SignedMessage, SignedMembership | None]] | None = None,
 ) -> RoundState | None:
-    """The current attempt. With ``rosters`` (digest -> roster already read), the coordinator
-    leaves out the last one read and ``roster`` is filled in from here."""
+    """The current attempt. With ``rosters`` (digest -> roster and membership certificate
+    already read), the coordinator leaves out the last one read and both are filled in here."""
     path = f"/v1/studies/{study}/rounds/current"
     if rosters:
         path += f"?known_roster={next(reversed(rosters))}"
@@ -160,9 +168,10 @@ def _state(
     if rosters is None:
         return st
     if st.roster is not None:
-        rosters[st.roster.digest()] = st.roster
+        rosters[st.roster.digest()] = (st.roster, st.membership)
     elif st.roster_digest in rosters:
-        st = st.model_copy(update={"roster": rosters[st.roster_digest]})
+        roster, membership = rosters[st.roster_digest]
+        st = st.model_copy(update={"roster": roster, "membership": membership})
     return st
 
 
@@ -176,10 +185,35 @@ def _post(
         client.request("POST", path, content=msg, headers={"Content-Type": OCTET_STREAM})
 
 
+def certified_members(
+    membership: SignedMembership | None, consortium_key: str | None, study: str,
+    config: StudyConfig, now: datetime,
+) -> MembershipBody:
+    """The consortium's membership certificate verified under the pinned key; refused
+    (before anything is read, drawn or charged) without a pinned key or a certificate."""
+    if consortium_key is None:
+        raise ConfigError(
+            "no consortium key is pinned: secure rounds run only with members certified by "
+            "your consortium's data-protection officer. Get its public key and run "
+            "'fedod-participant enrol ... --consortium-key KEY' again; nothing was read")
+    if membership is None:
+        raise RoundRefused(
+            f"the coordinator sent no membership certificate for {study!r}: refusing a roster "
+            "no consortium certified; nothing was read, drawn or charged")
+    assert config.aggregation is not None
+    return verify_membership(membership, raw_ed25519(consortium_key), study=study,
+                             params=config.aggregation, now=now)
+
+
 def _check_roster(
-    roster: SignedMessage, advert: bytes, ref: RoundRef, **fixed: Any
+    st: RoundState, advert: bytes, ref: RoundRef, *, consortium_key: str | None,
+    config: StudyConfig, **fixed: Any
 ) -> proto.VerifiedRoster:
-    return proto.check_roster(roster, my_advert=advert, ref=ref, **fixed)
+    assert st.roster is not None
+    certified = certified_members(st.membership, consortium_key, ref.study_id, config,
+                                  datetime.now(UTC))
+    return proto.check_roster(st.roster, my_advert=advert, ref=ref, certified=certified,
+                              **fixed)
 
 
 def run_secure_round(
@@ -192,38 +226,46 @@ def run_secure_round(
     poll: float = 0.1,
     wait: float = 600.0,
     stop_after: Stop = None,
+    send_slot: float = policy.DEFAULT_SEND_SLOT,
 ) -> dict[str, Any]:
     """Take part in the study's open round until its sum is revealed (or it is abandoned).
+
+    The masked frame leaves ``send_slot`` seconds after the roster was read (the next multiple
+    when reading the data took longer), on the agent's injectable clock.
 
     ``stop_after`` ("keys" | "masked") leaves right after that message was accepted: a drill
     for a participant lost at that point of the protocol.
     """
+    policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
     with agent.state.lock(), agent.client() as client:
         config, signed = agent.fetch_config(study, client)
         params = config.aggregation
         if params is None or params.mode != "secure":
             raise ConfigError(f"study {study!r} uses independent noise: use 'contribute'")
         me = agent.state.load_enrolment()
+        if me.consortium_key is None:
+            certified_members(None, None, study, config, datetime.now(UTC))
         name = client.request("GET", "/v1/me").json()["participant"]
         identity = register_identity(agent, client)
         coordinator = agent.public_key()
         k = config.secure_modulus_bits()
         check = functools.partial(
             _check_roster, me=name, coordinator_key=coordinator, params=params,
-            config_digest=signed.digest(), modulus_bits=k,
+            config_digest=signed.digest(), modulus_bits=k, consortium_key=me.consortium_key,
+            config=config,
         )
         rounds_dir = agent.state.study_dir(study) / "rounds"
-        give_up = time.monotonic() + wait
+        give_up = agent.clock() + wait
         number: int | None = None
-        rosters: dict[str, SignedMessage] = {}
+        rosters: dict[str, tuple[SignedMessage, SignedMembership | None]] = {}
         while True:
             st = _state(client, study, rosters)
             took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
             if st is None or (number is None and not took_part
                               and st.status not in ("keys", "masking", "unmask")):
-                if time.monotonic() > give_up:
+                if agent.clock() > give_up:
                     raise TimeoutError(f"no open round of {study!r} within {wait} s")
-                time.sleep(poll)
+                agent.sleep(poll)
                 continue
             number = number or st.round
             if st.round != number:
@@ -249,7 +291,6 @@ def run_secure_round(
                 raise RoundAbandoned(f"{name} is not in attempt {st.attempt} of round {number}")
             files = RoundFiles(rounds_dir / str(number))
             files.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            noisy = _noisy_vector(agent, study, number, config, data, options, noise_share, files)
             ref = RoundRef(study_id=study, round=number, attempt=st.attempt)
             secrets = files.secrets(st.attempt)
             advert = proto.make_advert(ref, name, identity, secrets)
@@ -258,19 +299,24 @@ def run_secure_round(
                 if stop_after == "keys":
                     return {"stopped_after": "keys", "round": number}
             elif st.status == "masking" and "masked" not in st.done:
-                assert st.roster is not None
-                roster = check(st.roster, advert, ref)
+                roster = check(st, advert, ref)  # certified: only now is anything read
+                anchor = agent.clock()
+                noisy = _noisy_vector(agent, study, number, config, data, options, noise_share,
+                                      files)
                 make = functools.partial(
                     proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
-                    noisy=noisy,
+                    noisy=noisy, unmasked_attempt=files.unmasked(),
                 )
                 masked = files.frame(f"attempt-{st.attempt}.masked", make)
+                send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
+                if (pause := send_at - agent.clock()) > 0:
+                    agent.sleep(pause)
                 _post(client, study, number, "masked", masked)
                 if stop_after == "masked":
                     return {"stopped_after": "masked", "round": number}
             elif st.status == "unmask" and "unmask" not in st.done:
-                assert st.roster is not None and st.request is not None
-                roster = check(st.roster, advert, ref)
+                assert st.request is not None
+                roster = check(st, advert, ref)
                 answer = proto.answer_unmask(
                     st.request,
                     roster,
@@ -284,12 +330,12 @@ def run_secure_round(
                 )
                 _post(client, study, number, "unmask", answer)
             elif st.status == "recover" and "unmask" in st.done and "shares" not in st.done:
-                assert st.roster is not None and st.request is not None
+                assert st.request is not None
                 shares = proto.answer_recover(
-                    st.request, check(st.roster, advert, ref), me=name, identity=identity,
+                    st.request, check(st, advert, ref), me=name, identity=identity,
                     secrets=secrets, inbox=st.inbox, coordinator_key=coordinator,
                     unmasked_attempt=files.unmasked(),
                 )
                 _post(client, study, number, "shares", shares)
             else:
-                time.sleep(poll)
+                agent.sleep(poll)

@@ -55,6 +55,9 @@ class Enrolment:
     epsilon_cap: str
     delta_cap: str = "0"
     max_release_epsilon: str = DEFAULT_MAX_RELEASE_EPSILON
+    consortium_key: str | None = None
+    """The consortium's Ed25519 public key (raw, base64): it signs who may be in a secure
+    round (``enrol --consortium-key``; ``fedod-consortium``)."""
 
     @property
     def cap(self) -> PrivacyBudget:

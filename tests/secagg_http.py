@@ -3,10 +3,13 @@ functions (any client with ``get``/``post``: FastAPI's TestClient or an ``httpx.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.config import StudyConfig
 from common.secagg import participant as proto
+from common.secagg.membership import MembershipBody, sign_membership, verify_membership
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.schemas import RoundState
 from common.secagg.wire import OCTET_STREAM
@@ -55,10 +58,17 @@ class Hospital:
         return r
 
     def roster(self, st, env):
+        certified = None
+        if st.membership is not None:
+            certified = verify_membership(
+                st.membership, env.consortium.public_key(), study=self.study,
+                params=env.config.aggregation, now=datetime.now(UTC),
+            )
         return proto.check_roster(
             st.roster, me=self.e.name, my_advert=self.advert(st),
             coordinator_key=env.key, ref=self.ref(st), params=env.config.aggregation,
             config_digest=env.digest, modulus_bits=env.config.secure_modulus_bits(),
+            certified=certified,
         )
 
     def masked(self, st, env) -> bytes:
@@ -89,3 +99,23 @@ class Env:
         self.config = StudyConfig.model_validate_json(self.signed.payload)
         self.digest = self.signed.digest()
         self.key = public_key_from_pem(client.get("/v1/key").json()["public_key_pem"])
+        self.consortium = Ed25519PrivateKey.generate()
+
+    def certify(self, client, hospitals, headers, version=1):
+        """Play the data-protection officer: sign the first n hospitals (padded with absent
+        members when fewer) and upload the certificate; returns the upload's response."""
+        params = self.config.aggregation
+        members = {h.e.name: h.pub for h in sorted(hospitals, key=lambda h: h.e.name)}
+        members = dict(list(members.items())[: params.cohort_size])
+        while len(members) < params.cohort_size:
+            members[f"absent-{len(members)}"] = b64e(
+                proto.raw_public(Ed25519PrivateKey.generate()))
+        body = MembershipBody(
+            study_id=self.config.study_id, version=version,
+            expires_at=datetime.now(UTC) + timedelta(days=1),
+            cohort_size=params.cohort_size, max_dropouts=params.max_dropouts,
+            max_colluders=params.max_colluders, members=members,
+        )
+        signed = sign_membership(body, self.consortium)
+        return client.put(f"/v1/studies/{self.config.study_id}/membership",
+                          json=signed.model_dump(), headers=headers)

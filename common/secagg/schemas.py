@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.secagg.membership import SignedMembership
 from common.secagg.messages import B64, SignedMessage
 
 __all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus"]
@@ -65,6 +66,11 @@ class RoundState(RoundPublic):
     roster: SignedMessage | None = None
     roster_digest: str | None = Field(
         default=None, description="SHA-256 of this attempt's roster payload (null before it)."
+    )
+    membership: SignedMembership | None = Field(
+        default=None,
+        description="The consortium-signed membership certificate, sent with the roster (and "
+        "left out with it): a member masks only if every roster member is certified.",
     )
     request: SignedMessage | None = None
     inbox: dict[str, str] = Field(default_factory=dict)

@@ -17,7 +17,9 @@ from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, Conflict, InvalidInput
+from common.secagg.membership import MembershipBody, SignedMembership
 from common.secagg.messages import RecoverBody, SignedMessage, b64d, b64e
+from common.secagg.params import AggregationParams
 from common.secagg.vector import split_secure_sum
 from common.secagg.wire import frame_digest
 from coordinator.models import (
@@ -28,7 +30,7 @@ from coordinator.models import (
     Participant,
     utcnow,
 )
-from coordinator.round_models import IdentityKey, Round, RoundMessage
+from coordinator.round_models import IdentityKey, Round, RoundMessage, StudyMembership
 
 
 def register_identity(session: Session, participant: Participant, public_key: str) -> bool:
@@ -61,13 +63,70 @@ def identity_of(session: Session, participant: Participant) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(b64d(key.public_key, size=32))
 
 
-def names_with_identity(session: Session, participant_ids: list[int]) -> list[str]:
+def membership(session: Session, study_id: str) -> SignedMembership | None:
+    """The study's stored membership certificate (as uploaded), or None."""
+    row = session.get(StudyMembership, study_id)
+    return None if row is None else SignedMembership.model_validate_json(row.signed)
+
+
+def save_membership(
+    session: Session, study_id: str, params: AggregationParams, signed: SignedMembership
+) -> MembershipBody:
+    """Store a membership certificate for the study (its signature is the members' to check:
+    the coordinator does not hold the consortium key). Refused (409) for another study, other
+    cohort parameters than the config's, another member count than n, or an older version."""
+    body = signed.body()
+    if body.study_id != study_id:
+        raise Conflict(f"membership certificate is for study {body.study_id!r}, not {study_id!r}")
+    certified = (body.cohort_size, body.max_dropouts, body.max_colluders)
+    config = (params.cohort_size, params.max_dropouts, params.max_colluders)
+    if certified != config or len(body.members) != body.cohort_size:
+        raise Conflict(
+            f"membership certifies (n, D, T) = {certified} with {len(body.members)} members; "
+            f"the study config has {config}: members would refuse it"
+        )
+    row = session.get(StudyMembership, study_id)
+    if row is not None and body.version < row.version:
+        raise Conflict(
+            f"membership v{body.version} is older than the stored v{row.version}: refused"
+        )
+    if row is None:
+        session.add(StudyMembership(study_id=study_id, version=body.version,
+                                    signed=signed.model_dump_json()))
+    else:
+        row.version, row.signed, row.uploaded_at = body.version, signed.model_dump_json(), utcnow()
+    session.commit()
+    return body
+
+
+def certified_cohort(session: Session, study_id: str, participant_ids: list[int]) -> list[str]:
+    """Exactly the certified members (by name) that are active study members with their
+    certified identity key registered; 409 without a certificate, or when a member registered
+    another key than the certified one."""
+    signed = membership(session, study_id)
+    if signed is None:
+        raise Conflict(
+            f"study {study_id!r} has no membership certificate: the consortium's "
+            "data-protection officer signs one ('fedod-consortium sign') and the admin uploads "
+            f"it (PUT /v1/studies/{study_id}/membership) before a round opens"
+        )
+    certified = signed.body().members
     rows = session.execute(
-        select(Participant.name)
+        select(Participant.name, IdentityKey.public_key)
         .join(IdentityKey, IdentityKey.participant_id == Participant.id)
         .where(Participant.id.in_(participant_ids), Participant.active.is_(True))
     )
-    return sorted(name for (name,) in rows)
+    names = []
+    for name, key in rows:
+        if name not in certified:
+            continue
+        if certified[name] != key:
+            raise Conflict(
+                f"{name!r} registered another identity key than the consortium certified; "
+                "members would refuse the roster (ask the data-protection officer)"
+            )
+        names.append(name)
+    return sorted(names)
 
 
 def expected(rnd: Round) -> list[str]:

@@ -80,6 +80,8 @@ def round_state(
         **public.model_dump(),
         roster=None if digest is not None and digest == known_roster else roster,
         roster_digest=digest,
+        membership=(store.membership(session, study.id)
+                    if roster is not None and digest != known_roster else None),
         request=SignedMessage.model_validate_json(rnd.request) if rnd.request else None,
         inbox=inbox,
         done=mine,  # type: ignore[arg-type]

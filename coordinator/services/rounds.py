@@ -50,7 +50,8 @@ log = logging.getLogger("fedod.rounds")
 OPEN = ("keys", "masking", "unmask", "recover")
 
 
-def _secure(study: Study) -> tuple[StudyConfig, AggregationParams]:
+def secure_params(study: Study) -> tuple[StudyConfig, AggregationParams]:
+    """The study's config and its secure aggregation parameters; 409 for independent noise."""
     config = study_config(study)
     if config.aggregation is None or config.aggregation.mode != "secure":
         raise Conflict(f"study {study.id!r} uses independent noise: it has no rounds")
@@ -80,19 +81,20 @@ def list_rounds(session: Session, study_id: str | None = None) -> list[Round]:
 
 
 def open_round(session: Session, study: Study) -> Round:
-    """Open the next round with the first n members (by name) that registered a key."""
-    _, params = _secure(study)
+    """Open the next round with exactly the certified members (the consortium's membership
+    certificate) that are active and registered their certified identity key."""
+    _, params = secure_params(study)
     last = session.scalar(
         select(Round).where(Round.study_id == study.id).order_by(Round.id.desc()).limit(1)
     )
     if last is not None and last.status in OPEN:
         raise Conflict(f"round {last.number} of {study.id!r} is still open ({last.status})")
     ids = list(session.scalars(select(Member.participant_id).where(Member.study_id == study.id)))
-    names = store.names_with_identity(session, ids)[: params.cohort_size]
+    names = store.certified_cohort(session, study.id, ids)
     if len(names) < params.min_roster:
         raise Conflict(
-            f"only {len(names)} members of {study.id!r} have registered identity keys; a "
-            f"round needs at least {params.min_roster} (n - dropouts)"
+            f"only {len(names)} certified members of {study.id!r} have registered their "
+            f"identity keys; a round needs at least {params.min_roster} (n - dropouts)"
         )
     rnd = Round(
         study_id=study.id,
@@ -138,7 +140,7 @@ def _finish(session: Session, rnd: Round, status: str, detail: str | None = None
 
 
 def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
-    config, params = _secure(study)
+    config, params = secure_params(study)
     adverts = {
         name: (store.identity_of(session, store.participant_by_name(session, name)), b64d(frame))
         for name, frame in store.messages(session, rnd, "advert").items()
@@ -158,7 +160,7 @@ def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None
 
 
 def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
-    config, _ = _secure(study)
+    config, _ = secure_params(study)
     roster = _roster(rnd, keys)
     who = functools.partial(store.identity_by_name, session)
     seeds = {
@@ -211,7 +213,7 @@ def post_message(
     the open attempt, store it (a masked vector is charged to the member's ledger in the same
     transaction), then move the round on when every member has sent this kind of message."""
     phase, kind = STEPS[step]
-    config, _ = _secure(study)
+    config, _ = secure_params(study)
     identity = store.identity_of(session, participant)
     rnd = _locked(session, study, number, phase)
     name = participant.name
@@ -267,7 +269,7 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
 
 def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
     """Admin: declare the members that have not acted in this phase lost, and move on."""
-    _, params = _secure(study)
+    _, params = secure_params(study)
     rnd = current(session, study.id, lock=True)
     if rnd.number != number or rnd.status not in OPEN:
         raise Conflict(f"round {number} of {study.id!r} is not open")

@@ -31,6 +31,7 @@ def cohort(client, make_participant, coord_kit):
         rng = np.random.default_rng(3)
         hospitals = [Hospital(client, p, "sec", rng.integers(-500, 500, env.config.lsh_cells))
                      for p in people]
+        assert env.certify(client, hospitals, ADMIN).status_code == 200
         return env, hospitals
 
     return make
@@ -220,7 +221,7 @@ def test_a_round_needs_enough_registered_members(client, make_participant, coord
                            "max_colluders": 1}
     assert client.post("/v1/studies", json=spec, headers=ADMIN).status_code == 201
     r = client.post("/v1/studies/sec/rounds", headers=ADMIN)
-    assert r.status_code == 409 and "at least 3" in r.json()["detail"]
+    assert r.status_code == 409 and "no membership certificate" in r.json()["detail"]
     client.post("/v1/studies", json=coord_kit.study_spec("ind", n_tables=5), headers=ADMIN)
     r = client.post("/v1/studies/ind/rounds", headers=ADMIN)
     assert r.status_code == 409 and "independent noise" in r.json()["detail"]

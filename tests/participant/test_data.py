@@ -120,7 +120,8 @@ def test_check_data_names_every_bad_column(tmp_path):
         load_all(DataSource(path, SPEC))
     text = str(info.value)
     assert "column 'x': missing values; first bad rows: 2" in text
-    assert "column 'y': non-numeric values and non-finite values; first bad rows: 2 ('abc'), 3" in text
+    assert ("column 'y': non-numeric values and non-finite values; "
+            "first bad rows: 2 ('abc'), 3") in text
     assert info.value.context["columns"] == ["x", "y"]
 
 

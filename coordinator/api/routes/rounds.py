@@ -6,9 +6,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 
+from common.secagg.membership import SignedMembership
 from common.secagg.messages import SignedMessage
 from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
 from common.secagg.wire import OCTET_STREAM
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import (
     AdminDep,
     CurrentParticipant,
@@ -19,7 +21,7 @@ from coordinator.api.deps import (
 )
 from coordinator.services import round_store, round_views, rounds
 
-router = APIRouter(tags=["rounds"])
+router = APIRouter(tags=["rounds"], route_class=AuthFirstRoute)
 
 
 @router.post(
@@ -37,6 +39,26 @@ def register_identity_key(
     if not round_store.register_identity(session, participant, body.public_key):
         response.status_code = status.HTTP_200_OK
     return body
+
+
+@router.put("/studies/{study_id}/membership")
+def put_membership(
+    body: SignedMembership, study: StudyReader, session: SessionDep, _: AdminDep
+) -> SignedMembership:
+    """Store the consortium-signed membership certificate of a secure study (admin; members
+    verify its signature under the consortium key they pinned, the coordinator cannot sign)."""
+    params = rounds.secure_params(study)[1]
+    round_store.save_membership(session, study.id, params, body)
+    return body
+
+
+@router.get("/studies/{study_id}/membership")
+def get_membership(study: StudyMember, session: SessionDep) -> SignedMembership:
+    """The study's membership certificate as uploaded (404 before one is)."""
+    signed = round_store.membership(session, study.id)
+    if signed is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no membership certificate uploaded")
+    return signed
 
 
 @router.post("/studies/{study_id}/rounds", status_code=status.HTTP_201_CREATED)

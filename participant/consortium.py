@@ -1,0 +1,145 @@
+"""``fedod-consortium``: the consortium's data-protection officer certifies who may be in a
+study's secure rounds (:mod:`common.secagg.membership`).
+
+The consortium key is the hospitals' side's: the coordinator never holds it, so it cannot
+invent members. Every hospital pins its public key at enrolment
+(``fedod-participant enrol --consortium-key``) and sends the DPO its identity public key
+(``fedod-participant identity``)::
+
+    fedod-consortium keygen --out consortium.pem          # once; prints the public key
+    fedod-consortium sign --key consortium.pem members.json > membership.json
+    fedod-consortium verify --consortium-key PUB membership.json
+    # the coordinator's admin uploads it: PUT /v1/studies/<id>/membership
+
+``members.json`` is a :class:`~common.secagg.membership.MembershipBody`: study_id, version,
+expires_at, cohort_size, max_dropouts, max_colluders and members (name -> identity key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import ValidationError
+
+from common.errors import FedodError
+from common.secagg.membership import (
+    MembershipBody,
+    SignedMembership,
+    sign_membership,
+    verify_membership,
+)
+from common.secagg.messages import b64e
+from common.secagg.params import AggregationParams
+from common.signing import (
+    generate_key,
+    key_fingerprint,
+    load_private_key,
+    public_key_from_pem,
+    save_private_key,
+)
+
+__all__ = ["load_consortium_key", "raw_key", "main"]
+
+
+def raw_key(key: Ed25519PublicKey) -> str:
+    """The raw 32-byte public key, base64 (the form pinned and printed)."""
+    return b64e(key.public_bytes_raw())
+
+
+def load_consortium_key(text: str) -> Ed25519PublicKey:
+    """A consortium public key given as raw base64, as PEM, or as the path of a PEM file."""
+    path = Path(text)
+    if len(text) < 4096 and path.is_file():
+        text = path.read_text()
+    if "-----BEGIN" in text:
+        return public_key_from_pem(text)
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(
+            "--consortium-key must be the consortium's Ed25519 public key: raw base64 "
+            "(44 characters, as 'fedod-consortium keygen' prints it), PEM, or a PEM file"
+        ) from exc
+
+
+def _keygen(args: argparse.Namespace) -> dict[str, str]:
+    out = Path(args.out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; refusing to overwrite a consortium key")
+    key = generate_key()
+    save_private_key(key, out)
+    return {"private_key": str(out), "public_key": raw_key(key.public_key()),
+            "fingerprint": key_fingerprint(key)}
+
+
+def _sign(args: argparse.Namespace) -> dict[str, object]:
+    body = MembershipBody.model_validate_json(Path(args.members).read_text())
+    signed = sign_membership(body, load_private_key(args.key))
+    return signed.model_dump()
+
+
+def _verify(args: argparse.Namespace) -> dict[str, object]:
+    signed = SignedMembership.model_validate_json(Path(args.membership).read_text())
+    body = signed.body()
+    params = AggregationParams(mode="secure", cohort_size=body.cohort_size,
+                               max_dropouts=body.max_dropouts, max_colluders=body.max_colluders)
+    verify_membership(signed, load_consortium_key(args.consortium_key), study=body.study_id,
+                      params=params, now=datetime.now(UTC))
+    return {"verified": True, **json.loads(signed.payload)}
+
+
+def _show(args: argparse.Namespace) -> dict[str, object]:
+    signed = SignedMembership.model_validate_json(Path(args.membership).read_text())
+    return {"verified": False, "digest": signed.digest(), **json.loads(signed.payload)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedod-consortium",
+        description="Certify the members of a study's secure rounds with the consortium key "
+        "(kept by the hospitals' data-protection officer, never by the coordinator).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("keygen", help="create the consortium key (private PEM, mode 0600); "
+                       "print its public key (pin it with 'enrol --consortium-key') and "
+                       "fingerprint")
+    p.add_argument("--out", required=True, metavar="FILE")
+    p.set_defaults(run=_keygen)
+    p = sub.add_parser("sign", help="sign a members file (study_id, version, expires_at, "
+                       "cohort_size, max_dropouts, max_colluders, members: name -> identity "
+                       "key) into a membership certificate (JSON on stdout)")
+    p.add_argument("--key", required=True, metavar="FILE", help="consortium private key PEM")
+    p.add_argument("members", metavar="MEMBERS_JSON")
+    p.set_defaults(run=_sign)
+    p = sub.add_parser("verify", help="check a certificate's signature and expiry and print it")
+    p.add_argument("--consortium-key", required=True, metavar="KEY",
+                   help="public key: base64, PEM, or a PEM file")
+    p.add_argument("membership", metavar="MEMBERSHIP_JSON")
+    p.set_defaults(run=_verify)
+    p = sub.add_parser("show", help="print a certificate WITHOUT checking its signature")
+    p.add_argument("membership", metavar="MEMBERSHIP_JSON")
+    p.set_defaults(run=_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.run(args)
+    except (FedodError, ValidationError, ValueError, OSError) as exc:
+        print(f"fedod-consortium: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
