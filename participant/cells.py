@@ -51,8 +51,10 @@ def _is_text(arr: pa.Array) -> bool:
 
 
 def _unquoted(arr: pa.Array) -> pa.Array:
-    """Strip one pair of surrounding double quotes (a CSV read without quoting)."""
-    return pc.replace_substring_regex(arr, pattern=r'^"(.*)"$', replacement=r"\1")
+    """Strip surrounding spaces and then one pair of double quotes (a CSV read without
+    quoting; the typed reader of ``check-data`` accepts both too)."""
+    return pc.replace_substring_regex(arr, pattern=r'^[ \t]*(?:"(.*)"|(.*?))[ \t]*$',
+                                      replacement=r"\1\2")
 
 
 def _parse(arr: pa.Array) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:

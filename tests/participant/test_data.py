@@ -132,3 +132,14 @@ def test_a_release_drops_a_row_without_a_key_under_rows_per_id(tmp_path):
     source = DataSource(path, spec)
     np.testing.assert_array_equal(load_all(source), [[1, 2], [7, 8]])
     assert source.report.malformed == {"rid": 1} and source.report.dropped == 1
+
+
+def test_a_release_reads_spaced_and_quoted_numbers_like_check_data(tmp_path):
+    path = write_csv(tmp_path, 'x,y\n1, 2\n 4 ,5 \n"7", "8" \n"1,2\n')
+    drop = DataSpec(SPEC.features, SPEC.lo, SPEC.hi, on_bad_row="drop")
+    source = DataSource(path, drop)
+    np.testing.assert_array_equal(load_all(source), [[1, 2], [4, 5], [7, 8]])
+    assert source.report.malformed == {"x": 1}  # the unbalanced quote spoils its line only
+    np.testing.assert_array_equal(load_all(DataSource(write_csv(tmp_path, 'x,y\n1, 2\n 4 ,5 \n',
+                                                                "ok.csv"), SPEC)),
+                                  [[1, 2], [4, 5]])
