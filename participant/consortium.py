@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
 from common.errors import FedodError
@@ -46,7 +46,7 @@ from common.signing import (
     save_private_key,
 )
 
-__all__ = ["load_consortium_key", "raw_key", "main"]
+__all__ = ["load_consortium_key", "raw_key", "certify", "main"]
 
 
 def raw_key(key: Ed25519PublicKey) -> str:
@@ -69,6 +69,25 @@ def load_consortium_key(text: str) -> Ed25519PublicKey:
             "--consortium-key must be the consortium's Ed25519 public key: raw base64 "
             "(44 characters, as 'fedod-consortium keygen' prints it), PEM, or a PEM file"
         ) from exc
+
+
+def certify(
+    study: str,
+    params: AggregationParams,
+    members: dict[str, str],
+    key: Ed25519PrivateKey,
+    *,
+    expires_at: datetime,
+    version: int = 1,
+) -> SignedMembership:
+    """Sign the membership of ``study``: ``members`` (name -> raw identity key, base64),
+    exactly ``params.cohort_size`` of them, certified for ``params``'s (n, D, T)."""
+    body = MembershipBody(
+        study_id=study, version=version, expires_at=expires_at,
+        cohort_size=params.cohort_size or 0, max_dropouts=params.max_dropouts,
+        max_colluders=params.max_colluders, members=members,
+    )
+    return sign_membership(body, key)
 
 
 def _keygen(args: argparse.Namespace) -> dict[str, str]:

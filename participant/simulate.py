@@ -23,14 +23,19 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from common.config import StudyConfig
 from common.detectors import LSHiTables
+from common.signing import SignedConfig, generate_key, load_private_key
 from participant import demo_data as dd
+from participant.consortium import certify, raw_key
 from participant.sim_report import HospitalResult, auc, format_table, read_scores
 
 STUDY = "sim-study"
@@ -144,6 +149,24 @@ def run(args: argparse.Namespace) -> tuple[list[HospitalResult], dict[str, Any]]
     return rows, facts
 
 
+def upload_membership(api: httpx.Client, consortium: Ed25519PrivateKey, workdir: Path,
+                      hospitals: list[dd.Hospital]) -> None:
+    """Play the consortium's data-protection officer: certify every hospital's identity key
+    (read from its state, as each would send it) and hand the certificate to the admin."""
+    signed = SignedConfig.model_validate(api.get(f"/v1/studies/{STUDY}/config").json())
+    params = StudyConfig.model_validate_json(signed.payload).aggregation
+    assert params is not None
+    members = {
+        h.name: raw_key(load_private_key(workdir / h.name / "state" / "identity_key.pem")
+                        .public_key())
+        for h in hospitals
+    }
+    expires = datetime.now(UTC) + timedelta(days=1)
+    membership = certify(STUDY, params, members, consortium, expires_at=expires)
+    api.put(f"/v1/studies/{STUDY}/membership",
+            json=membership.model_dump()).raise_for_status()
+
+
 def _simulate(
     args: argparse.Namespace,
     workdir: Path,
@@ -154,6 +177,7 @@ def _simulate(
     admin: str,
 ) -> tuple[list[HospitalResult], dict[str, Any]]:
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
+    consortium = generate_key()  # the simulator also plays the consortium's DPO
     r = api.post("/v1/studies",
                  json=study_request(data, epsilon, len(hospitals), args.aggregation))
     r.raise_for_status()
@@ -191,6 +215,8 @@ def _simulate(
                 cap,
                 "--max-release-epsilon",
                 str(epsilon),
+                *(["--consortium-key", raw_key(consortium.public_key())]
+                  if args.aggregation == "secure" else []),
             ]
             for h, s in zip(hospitals, state, strict=True)
         ],
@@ -199,9 +225,10 @@ def _simulate(
     data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
     slot = ["--send-slot", str(SEND_SLOT)]
     if args.aggregation == "secure":
+        upload_membership(api, consortium, workdir, hospitals)
         api.post(f"/v1/studies/{STUDY}/rounds").raise_for_status()
         say("secure aggregation round: each hospital masks one noisy vector ...")
-    release = ["round"] if args.aggregation == "secure" else ["contribute", *slot]
+    release = ["round", *slot] if args.aggregation == "secure" else ["contribute", *slot]
     _run_all([[*cli, *s, *release, *d] for s, d in zip(state, data_args, strict=True)], logs)
     say("every hospital contributed; scoring locally with the global model ...")
     outs = [workdir / h.name / "scores.csv" for h in hospitals]
