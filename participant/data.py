@@ -77,6 +77,7 @@ class DataSource:
         self.progress = progress
         self.report = DataReport(str(self.path))
         self._per_id: dict[object, int] = {}
+        self._wrong_fields = 0  # CSV lines a release skipped for their shape (reader threads)
         if spec.rows_per_id is not None and spec.id_column is None:
             raise ValueError("rows_per_id needs an id_column")
         if not self.path.is_file():
@@ -137,6 +138,7 @@ class DataSource:
     def __iter__(self) -> Iterator[Chunk]:
         self.report = DataReport(str(self.path))
         self._per_id = {}
+        self._wrong_fields = 0
         bar = Progress(f"reading {self.path.name}", enabled=self.progress)
         if self.kind == "parquet":
             meta = pq.read_metadata(self.path)
@@ -148,6 +150,7 @@ class DataSource:
             yield from self._checked(batches, bar)
         elif self.spec.on_bad_row == "drop":
             yield from self._checked(self._csv_batches(typed=False), bar)
+            self._sync_wrong_fields()
         else:
             try:
                 yield from self._checked(self._csv_batches(typed=True), bar)
@@ -188,10 +191,17 @@ class DataSource:
         yield from reader
 
     def _bad_shape(self, row: object) -> str:
-        """A CSV line with the wrong number of fields: dropped and counted (releases only)."""
-        self.report.malformed[WRONG_FIELDS] = self.report.malformed.get(WRONG_FIELDS, 0) + 1
-        self.report.malformed_rows += 1
+        """A CSV line with the wrong number of fields: dropped and counted (releases only).
+        Called on pyarrow's reader threads: it alone writes ``_wrong_fields``."""
+        self._wrong_fields += 1
         return "skip"
+
+    def _sync_wrong_fields(self) -> None:
+        """Fold the reader threads' count into the report (on the consuming thread)."""
+        new = self._wrong_fields - self.report.malformed.get(WRONG_FIELDS, 0)
+        if new:
+            self.report.malformed[WRONG_FIELDS] = self._wrong_fields
+            self.report.malformed_rows += new
 
     def _csv_block_bytes(self) -> int:
         """CSV block size: roughly ``chunk_rows`` rows of ~20 bytes per value, 1-64 MiB."""
@@ -224,6 +234,7 @@ class DataSource:
                 self.report.dropped += int((~keep).sum())
                 X, keys = X[keep], keys.filter(pa.array(keep))
             self.report.rows += batch.num_rows
+            self._sync_wrong_fields()
             if self.kind == "csv":
                 done_bytes += batch.nbytes
                 bar.update(batch.num_rows, fraction=min(done_bytes / max(size, 1), 0.99))
