@@ -105,6 +105,9 @@ class RecordParser:
 
 
 def read_lines(stream: IO[str], parser: RecordParser) -> Iterator[Record | Tick]:
+    """Records of a text stream; invalid UTF-8 (e.g. on stdin) spoils its own line only."""
+    if isinstance(stream, io.TextIOWrapper):
+        stream.reconfigure(errors="replace")
     for line in stream:
         record = parser.parse(line)
         if record is not None:

@@ -9,6 +9,7 @@ from that statistic alone, so the release of D' has exactly the distribution of 
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -26,7 +27,7 @@ from participant import contribute as rel
 from participant import engine_dask
 from participant.agent import DataOptions
 from participant.data import WRONG_FIELDS
-from participant.stream_io import RecordParser
+from participant.stream_io import RecordParser, read_lines
 
 FEATURES = ("a", "b", "c")
 GOOD_ROW = b"5.5,2.25,9.0"
@@ -283,3 +284,11 @@ def test_dask_partitions_drop_and_the_client_sums_their_counts(tmp_path, schedul
     assert _as_dict(remote) == _as_dict(local) == _as_dict(base)
     assert remote_report.malformed == local_report.malformed == {"b": 1, WRONG_FIELDS: 1}
     assert remote_report.malformed_rows == 2
+
+
+def test_stream_stdin_with_invalid_utf8_drops_that_line_only():
+    lines = [b"a,b,c", b"1,2,3", b"4,\xff,6", b"7,8,9"]
+    stream = io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n"), encoding="utf-8")
+    parser = RecordParser(list(FEATURES), "id")
+    got = [x.tolist() for _, x in read_lines(stream, parser)]
+    assert got == [[1.0, 2.0, 3.0], [7.0, 8.0, 9.0]] and parser.bad == 1
