@@ -2,7 +2,9 @@
 
 Permission checks live here, not in the routes: ``AdminDep`` needs the admin token,
 ``CurrentParticipant`` an active participant credential, ``StudyReader`` admin or a member
-of the study in the path, ``StudyMember`` a member only.
+of the study in the path, ``StudyMember`` a member only. A participant that is not a member
+of a study gets the same 404 as for a study that does not exist (no existence oracle);
+``coordinator.api.auth_route`` answers 401/403 before any validation error.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 UNAUTHENTICATED = "missing or invalid credential: send 'Authorization: Bearer <token>'"
 
 
-def _unauthorized(detail: str = UNAUTHENTICATED) -> HTTPException:
+def unauthorized(detail: str = UNAUTHENTICATED) -> HTTPException:
     return HTTPException(
         status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
     )
@@ -82,7 +84,7 @@ def reader_token(settings: Settings, creds: Credentials) -> str | None:
     if is_admin_token(settings, token):
         return None
     if not token:
-        raise _unauthorized()
+        raise unauthorized()
     return token
 
 
@@ -93,9 +95,9 @@ def get_caller(session: SessionDep, settings: SettingsDep, creds: Credentials) -
         return Caller(None)
     participant = authenticate(session, token)
     if participant is None:
-        raise _unauthorized()
+        raise unauthorized()
     if not participant.active:
-        raise _unauthorized(f"participant {participant.name!r} was revoked")
+        raise unauthorized(f"participant {participant.name!r} was revoked")
     return Caller(participant)
 
 
@@ -123,13 +125,9 @@ CurrentParticipant = Annotated[Participant, Depends(require_participant)]
 
 
 def _no_study(study_id: str) -> HTTPException:
+    """404 for a missing study, and the same answer for one the caller is not a member of
+    (a 403 there would tell any participant which study ids exist)."""
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no study {study_id!r}")
-
-
-def _not_member(name: str, study_id: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_403_FORBIDDEN, f"participant {name!r} is not a member of study {study_id!r}"
-    )
 
 
 def _study_or_404(session: Session, study_id: str) -> Study:
@@ -146,7 +144,7 @@ def _check_member(session: Session, study: Study, participant: Participant) -> N
         )
     )
     if found is None:
-        raise _not_member(participant.name, study.id)
+        raise _no_study(study.id)
 
 
 def study_reader(study_id: str, session: SessionDep, caller: CallerDep) -> Study:
@@ -183,15 +181,15 @@ def member_or_admin(found: Found | None, study_id: str) -> Found:
     """``get_caller`` + ``study_reader`` (or ``study_member``) from one lookup of the caller.
 
     The same checks in the same order with the same answers as those dependencies (401
-    unknown or revoked credential, 404 unknown study, 403 not a member); the admin's row
-    counts as an active member.
+    unknown or revoked credential, 404 unknown study or not a member, with one detail); the
+    admin's row counts as an active member.
     """
     if found is None:
-        raise _unauthorized()
+        raise unauthorized()
     if not found.active:
-        raise _unauthorized(f"participant {found.name!r} was revoked")
+        raise unauthorized(f"participant {found.name!r} was revoked")
     if found.study_id is None:
         raise _no_study(study_id)
     if not found.member:
-        raise _not_member(str(found.name), study_id)
+        raise _no_study(study_id)
     return found

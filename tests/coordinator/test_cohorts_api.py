@@ -261,8 +261,8 @@ def test_study_without_cohorts_and_access_rules(client, coord_kit, make_particip
     r = client.get("/v1/studies/plain/cohorts", headers=h3.headers)
     assert r.status_code == 409 and "no cohorts section" in r.json()["detail"]
     cohort_study()
-    assert client.post("/v1/studies/c1/cohorts", headers=h3.headers).status_code == 403
-    assert client.get("/v1/studies/c1/cohorts", headers=h3.headers).status_code == 403
+    assert client.post("/v1/studies/c1/cohorts", headers=h3.headers).status_code == 404
+    assert client.get("/v1/studies/c1/cohorts", headers=h3.headers).status_code == 404
     doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert doc["status"] == "not_started"
     assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201

@@ -203,7 +203,7 @@ def test_chunked_oversized_body_is_413(client, h1, signed):
     [
         ("nobody", 401, "missing or invalid credential"),
         ("forged", 401, "missing or invalid credential"),
-        ("outsider", 403, "is not a member of study"),
+        ("outsider", 404, "no study 's1'"),
         ("admin", 403, "needs a participant credential"),
     ],
 )

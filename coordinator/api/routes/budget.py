@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from common.schemas import BudgetPublic
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, SessionDep
 from coordinator.services.ledger import all_budgets
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], route_class=AuthFirstRoute)
 
 
 @router.get("/budget")

@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 
 from common.cohorts.schemas import CohortReleaseCreate, CohortRoundPublic, CohortsPublic
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, CurrentParticipant, SessionDep, StudyMember, StudyReader
 from coordinator.services import cohorts
 from coordinator.services.cohort_views import cohorts_public, round_public
 
-router = APIRouter(tags=["cohorts"])
+router = APIRouter(tags=["cohorts"], route_class=AuthFirstRoute)
 RoundNumber = Annotated[int, Path(ge=1, le=1000, description="Round number, 1 to T.")]
 
 

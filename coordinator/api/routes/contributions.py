@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import Credentials, ingest_token, member_or_admin
 from coordinator.config import Settings
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
@@ -25,7 +26,7 @@ from coordinator.services.refusals import record_refusal
 
 log = logging.getLogger("fedod.contributions")
 T = TypeVar("T")
-router = APIRouter(prefix="/studies", tags=["contributions"])
+router = APIRouter(prefix="/studies", tags=["contributions"], route_class=AuthFirstRoute)
 
 
 def contribution_public(

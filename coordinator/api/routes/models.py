@@ -6,6 +6,7 @@ from fastapi import APIRouter, Header, Request, Response, status
 from sqlalchemy.orm import Session
 
 from common.schemas import ModelPublic
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import Credentials, member_or_admin, reader_token
 from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
@@ -13,7 +14,7 @@ from coordinator.services import model_lookup
 from coordinator.services.aggregate import cached_model, fold, model_json
 from coordinator.services.studies import parse_config
 
-router = APIRouter(prefix="/studies", tags=["models"])
+router = APIRouter(prefix="/studies", tags=["models"], route_class=AuthFirstRoute)
 
 
 @router.get(

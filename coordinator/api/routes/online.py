@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.online.wire import OnlineGradientCreate, OnlineGradientPublic, OnlineModelPublic
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import (
     Credentials,
     get_caller,
@@ -18,7 +19,7 @@ from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
 from coordinator.services import online
 
-router = APIRouter(prefix="/studies", tags=["online"])
+router = APIRouter(prefix="/studies", tags=["online"], route_class=AuthFirstRoute)
 
 
 @router.post(

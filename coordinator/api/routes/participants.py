@@ -12,12 +12,13 @@ from common.schemas import (
     ParticipantPublic,
     ParticipantUpdate,
 )
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, CurrentParticipant, SessionDep
 from coordinator.models import Participant
 from coordinator.services import participants
 from coordinator.services.ledger import budget_of
 
-router = APIRouter(tags=["participants"])
+router = APIRouter(tags=["participants"], route_class=AuthFirstRoute)
 
 
 def participant_public(participant: Participant) -> ParticipantPublic:

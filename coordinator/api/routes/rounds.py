@@ -10,6 +10,7 @@ from common.secagg.membership import SignedMembership
 from common.secagg.messages import SignedMessage
 from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
 from common.secagg.wire import OCTET_STREAM
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import (
     AdminDep,
     CurrentParticipant,
@@ -20,7 +21,7 @@ from coordinator.api.deps import (
 )
 from coordinator.services import round_store, round_views, rounds
 
-router = APIRouter(tags=["rounds"])
+router = APIRouter(tags=["rounds"], route_class=AuthFirstRoute)
 
 
 @router.post(

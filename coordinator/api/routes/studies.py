@@ -6,10 +6,11 @@ from fastapi import APIRouter, Response, status
 
 from common.schemas import MemberAdd, StudyCreate, StudyPublic
 from common.signing import SignedConfig
+from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, KeysDep, SessionDep, StudyReader
 from coordinator.services import studies
 
-router = APIRouter(prefix="/studies", tags=["studies"])
+router = APIRouter(prefix="/studies", tags=["studies"], route_class=AuthFirstRoute)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
