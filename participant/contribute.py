@@ -55,6 +55,7 @@ from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
 from common.schemas import ContributionCreate
+from common.secagg.params import AggregationParams
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data import Chunk
 from participant.ledger import Ledger, LedgerEntry
@@ -148,14 +149,20 @@ def noisy_releases(
     from common.release import release_grid_counts, release_lsh_counts
 
     p, n = config.privacy, rows_per_id or 1
-    lsh = release_lsh_counts(exact.lsh, config.lsh_family().n_tables * n, p.epsilon_lsh)
+    # Each cell is clipped to the public per-participant bound the coordinator checks
+    # against (common.release_bounds); clipping one cell is 1-Lipschitz, so the L1
+    # sensitivity stays n_tables * n (LSH) and n (grid).
+    cap = (config.aggregation or AggregationParams()).max_records
+    lsh = release_lsh_counts(np.minimum(exact.lsh, cap), config.lsh_family().n_tables * n,
+                             p.epsilon_lsh)
     grid = None
     if exact.grid_dense is not None:
-        grid = release_grid_counts(exact.grid_dense, config.grid_cells, p.epsilon_grid,
-                                   sensitivity=n)
+        grid = release_grid_counts(np.minimum(exact.grid_dense, cap), config.grid_cells,
+                                   p.epsilon_grid, sensitivity=n)
     elif exact.grid_cells is not None and exact.grid_counts is not None:
-        grid = release_grid_counts((exact.grid_cells, exact.grid_counts), config.grid_cells,
-                                   p.epsilon_grid, p.delta_grid, sensitivity=n)
+        grid = release_grid_counts((exact.grid_cells, np.minimum(exact.grid_counts, cap)),
+                                   config.grid_cells, p.epsilon_grid, p.delta_grid,
+                                   sensitivity=n)
     return lsh, grid
 
 

@@ -240,3 +240,33 @@ def test_status_exits_non_zero_when_the_coordinator_cannot_be_asked(tmp_path, ca
     doc = json.loads(out)
     assert code == 6 and "coordinator_error" in doc and "unavailable" in err
     assert doc["cap"] == {"epsilon": "10", "delta": "0"}
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_counts_are_clipped_to_the_public_max_records_before_the_noise(monkeypatch, dense):
+    """A cell past ``aggregation.max_records`` is released as if it held exactly that many
+    records, so an honest large participant stays inside the coordinator's poisoning bound."""
+    from common import release
+    from common.secagg.params import AggregationParams
+
+    config = new_study_config(
+        "s1", FEATS, n_tables=4,
+        privacy=PrivacyParams(epsilon_lsh="1", epsilon_grid="1", delta_grid="0" if dense
+                              else "1e-7"),
+        grid=GridParams(bins=2, cell_limit=8 if dense else 1),
+        aggregation=AggregationParams(max_records=5),
+    )
+    seen: list[np.ndarray] = []
+    monkeypatch.setattr(release, "release_lsh_counts",
+                        lambda counts, *a, **k: seen.append(np.asarray(counts)))
+    monkeypatch.setattr(release, "release_grid_counts",
+                        lambda counts, *a, **k: seen.append(np.asarray(
+                            counts if dense else counts[1])))
+    counts = np.array([0, 3, 5, 6, 1000])
+    exact = rel.ExactCounts(lsh=counts, grid_dense=counts if dense else None,
+                            grid_cells=None if dense else np.arange(5),
+                            grid_counts=None if dense else counts)
+    rel.noisy_releases(config, exact)
+    for clipped in seen:
+        np.testing.assert_array_equal(clipped, [0, 3, 5, 5, 5])
+    assert len(seen) == 2
