@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from common.secagg.identity import sign_identity_proof
 from common.secagg.keys import RoundSecrets, raw_public
 from common.secagg.messages import b64e
 from common.signing import load_private_key, save_private_key
@@ -57,8 +58,12 @@ def identity_key(agent: Agent) -> Ed25519PrivateKey:
 
 
 def register_identity(agent: Agent, client: CoordinatorClient) -> Ed25519PrivateKey:
+    """Register the identity key with a proof of possession bound to this participant's name
+    (as the coordinator knows it) and the pinned coordinator key."""
     key = identity_key(agent)
-    body = json.dumps({"public_key": b64e(raw_public(key))}).encode()
+    name = client.me()["participant"]
+    proof = sign_identity_proof(key, agent.state.load_enrolment().key_fingerprint, name)
+    body = json.dumps({"public_key": b64e(raw_public(key)), "proof": proof}).encode()
     client.request("POST", "/v1/me/identity-key", content=body)
     return key
 

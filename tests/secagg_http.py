@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.config import StudyConfig
 from common.secagg import participant as proto
+from common.secagg.identity import sign_identity_proof
 from common.secagg.membership import MembershipBody, sign_membership, verify_membership
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.schemas import RoundState
@@ -24,8 +25,14 @@ class Hospital:
         self.identity = Ed25519PrivateKey.generate()
         self.secrets: dict[int, proto.RoundSecrets] = {}
         self.unmasked: int | None = None
-        r = self.post("/v1/me/identity-key", {"public_key": self.pub})
+        r = self.post("/v1/me/identity-key", self.identity_body(self.identity))
         assert r.status_code == 201, r.text
+
+    def identity_body(self, key: Ed25519PrivateKey, name: str | None = None) -> dict[str, str]:
+        """A registration of ``key`` with its proof of possession for ``name`` (default: us)."""
+        key_id = self.c.get("/v1/key").json()["key_id"]
+        return {"public_key": b64e(proto.raw_public(key)),
+                "proof": sign_identity_proof(key, key_id, name or self.e.name)}
 
     @property
     def pub(self):

@@ -20,10 +20,16 @@ not merged (``detail`` says why); like ``abandoned``, the round is over and the 
 
 
 class IdentityKeyCreate(BaseModel):
-    """A participant's long-term Ed25519 identity key (raw 32 bytes, base64)."""
+    """A participant's long-term Ed25519 identity key (raw 32 bytes, base64) and the proof
+    that the caller holds it (:mod:`common.secagg.identity`)."""
 
     model_config = ConfigDict(extra="forbid")
     public_key: B64 = Field(min_length=44, max_length=44)
+    proof: B64 = Field(
+        min_length=88, max_length=88,
+        description="Ed25519 signature by the identity key over 'fedod-secagg/identity-key/1' "
+        "NUL coordinator key id NUL participant name NUL raw public key (base64, 64 bytes).",
+    )
 
 
 class IdentityKeyPublic(BaseModel):

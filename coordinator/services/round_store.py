@@ -13,13 +13,16 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
-from common.errors import BudgetExceeded, Conflict, InvalidInput
+from common.errors import BudgetExceeded, Conflict
+from common.secagg.identity import verify_identity_proof
 from common.secagg.membership import MembershipBody, SignedMembership
 from common.secagg.messages import RecoverBody, SignedMessage, b64d, b64e
 from common.secagg.params import AggregationParams
+from common.secagg.schemas import IdentityKeyCreate
 from common.secagg.vector import split_secure_sum
 from common.secagg.wire import frame_digest
 from coordinator.models import (
@@ -33,13 +36,16 @@ from coordinator.models import (
 from coordinator.round_models import IdentityKey, Round, RoundMessage, StudyMembership
 
 
-def register_identity(session: Session, participant: Participant, public_key: str) -> bool:
-    """Store the participant's identity key once; True if new. Another key: 409."""
-    raw = b64d(public_key, size=32)
-    try:
-        Ed25519PublicKey.from_public_bytes(raw)
-    except ValueError as exc:
-        raise InvalidInput("public_key is not an Ed25519 public key") from exc
+def register_identity(session: Session, participant: Participant, body: IdentityKeyCreate,
+                      coordinator_key_id: str) -> bool:
+    """Store the participant's identity key once; True if new.
+
+    The proof of possession is checked first (422), so a key registered to another
+    participant (409) is only ever reported to the key's holder; another key for the same
+    participant is 409 too; the same key again is a no-op.
+    """
+    public_key = body.public_key
+    verify_identity_proof(public_key, body.proof, coordinator_key_id, participant.name)
     existing = session.get(IdentityKey, participant.id)
     if existing is not None:
         if existing.public_key != public_key:
@@ -48,8 +54,17 @@ def register_identity(session: Session, participant: Participant, public_key: st
                 "identity keys are long-term (ask the admin to enrol a new participant)"
             )
         return False
+    taken = Conflict("this identity key is already registered to another participant; "
+                     "each participant needs an identity key of its own")
+    if session.scalar(select(IdentityKey.participant_id)
+                      .where(IdentityKey.public_key == public_key)) is not None:
+        raise taken
     session.add(IdentityKey(participant_id=participant.id, public_key=public_key))
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError as exc:  # a concurrent registration of the same key or participant
+        session.rollback()
+        raise taken from exc
     return True
 
 

@@ -203,9 +203,8 @@ def test_identity_keys_are_set_once_and_independent_routes_refuse_secure_studies
 ):
     env, hs = cohort()
     h0 = hs[0]
-    assert h0.post("/v1/me/identity-key", {"public_key": h0.pub}).status_code == 200
-    other = b64e(proto.raw_public(Ed25519PrivateKey.generate()))
-    r = h0.post("/v1/me/identity-key", {"public_key": other})
+    assert h0.post("/v1/me/identity-key", h0.identity_body(h0.identity)).status_code == 200
+    r = h0.post("/v1/me/identity-key", h0.identity_body(Ed25519PrivateKey.generate()))
     assert r.status_code == 409 and "another identity key" in r.json()["detail"]
     body, _, _ = coord_kit.release(env.signed.model_dump(), np.random.default_rng(0))
     r = h0.post("/v1/studies/sec/contributions", body)

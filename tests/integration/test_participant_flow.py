@@ -90,7 +90,7 @@ def test_full_run_sends_only_noisy_histograms(participant_coordinator, recording
     assert status["cap"]["epsilon"] == "4"  # budgets are numbers as decimal strings
 
     keys = [r for r in proxy.requests if r[:2] == ("POST", "/v1/me/identity-key")]
-    assert [set(json.loads(r[3])) for r in keys] == [{"public_key"}]  # enrol: identity key
+    assert [set(json.loads(r[3])) for r in keys] == [{"public_key", "proof"}]  # enrol: identity key
     posts = [r for r in proxy.requests if r[0] == "POST" and r not in keys]
     assert len(posts) == 1
     wire = "\n".join(f"{m} {p} {h} {b.decode()}" for m, p, h, b in proxy.requests)

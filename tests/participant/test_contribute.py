@@ -50,6 +50,7 @@ class FakeCoordinator:
             if self.me_status != 200:
                 return httpx.Response(self.me_status, json={"detail": "credential revoked"})
             return httpx.Response(200, json={
+                "participant": "h1",
                 "epsilon_cap": "1000", "delta_cap": "0.5", "epsilon_remaining": self.remaining,
                 "delta_remaining": "0.5", "epsilon_spent": "0", "delta_spent": "0"})
         self.posts.append(request.content)

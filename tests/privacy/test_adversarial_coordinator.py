@@ -84,6 +84,7 @@ class AdversaryCoordinator:
                                               "public_key_pem": public_key_pem(coordinator.key)})
                 if self.path == "/v1/me":  # enrol checks the credential; a release the budget
                     return self._answer(200, {
+                        "participant": "h1",
                         "epsilon_cap": "1000", "delta_cap": "0.5", "epsilon_spent": "0",
                         "delta_spent": "0", "epsilon_remaining": "1000",
                         "delta_remaining": "0.5"})

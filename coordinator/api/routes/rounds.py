@@ -33,10 +33,12 @@ def register_identity_key(
     body: IdentityKeyCreate,
     participant: CurrentParticipant,
     session: SessionDep,
+    keys: KeysDep,
     response: Response,
 ) -> IdentityKeyCreate:
-    """Register this participant's long-term Ed25519 identity key (once; 409 for another)."""
-    if not round_store.register_identity(session, participant, body.public_key):
+    """Register this participant's long-term Ed25519 identity key with a proof that it holds
+    it (once; 422 bad proof; 409 another key, or a key another participant registered)."""
+    if not round_store.register_identity(session, participant, body, keys.key_id()):
         response.status_code = status.HTTP_200_OK
     return body
 
