@@ -100,10 +100,6 @@ def _noisy_vector(
         return stored
     key = ledger_key(study, number)
     enrolment = agent.state.load_enrolment()
-    if options.rows_per_id:
-        raise ConfigError("--rows-per-id is not supported in a secure round: the noise share "
-                          "is sized for one row per person. Deduplicate the file to one row "
-                          "per person, or use a study with independent noise")
     # The same checks as an independent release, before the ledger reserves anything:
     # per-release ceiling, column roles, approved schema, clipping policy.
     source = agent._checked_source(study, data, options, config, enrolment, False)
@@ -237,6 +233,10 @@ def run_secure_round(
     for a participant lost at that point of the protocol.
     """
     policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
+    if options.rows_per_id:
+        raise ConfigError("--rows-per-id is not supported in a secure round: the noise share "
+                          "is sized for one row per person. Deduplicate the file to one row "
+                          "per person, or use a study with independent noise")
     with agent.state.lock(), agent.client() as client:
         config, signed = agent.fetch_config(study, client)
         params = config.aggregation

@@ -4,6 +4,7 @@ functions (any client with ``get``/``post``: FastAPI's TestClient or an ``httpx.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -126,3 +127,17 @@ class Env:
         signed = sign_membership(body, self.consortium)
         return client.put(f"/v1/studies/{self.config.study_id}/membership",
                           json=signed.model_dump(), headers=headers)
+
+
+def certify_states(consortium, study, aggregation: dict, states: dict) -> dict:
+    """The DPO's certificate (JSON) of the hospitals whose state directories are ``states``
+    (name -> Path): each one's identity key, read from its state as it would send it."""
+    from common.secagg.params import AggregationParams
+    from common.signing import load_private_key
+    from participant.consortium import certify, raw_key
+
+    members = {name: raw_key(load_private_key(Path(s) / "identity_key.pem").public_key())
+               for name, s in states.items()}
+    signed = certify(study, AggregationParams(**aggregation), members, consortium,
+                     expires_at=datetime.now(UTC) + timedelta(days=1))
+    return signed.model_dump()

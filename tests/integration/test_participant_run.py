@@ -9,7 +9,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from secagg_http import certify_states
 from test_participant_flow import EXE, FEATURES, SLOT_ENV, new_study, run_cli, write_data
+
+from participant.consortium import raw_key
 
 
 def test_run_releases_once_and_rerun_pays_nothing(participant_coordinator, tmp_path: Path):
@@ -61,6 +65,7 @@ def test_run_drives_a_secure_round_unattended_and_rerun_pays_nothing(
                     grid={"bins": 3, "k": 5}, privacy={"epsilon_lsh": "1", "epsilon_grid": "0.5"},
                     aggregation={"mode": "secure", "cohort_size": 3, "max_colluders": 1})
     (tmp_path / "fingerprint").write_text(coord.fingerprint())
+    consortium = Ed25519PrivateKey.generate()
 
     def args(i: int) -> list[str]:
         (tmp_path / f"token{i}").write_text(tokens[i])
@@ -70,7 +75,8 @@ def test_run_drives_a_secure_round_unattended_and_rerun_pays_nothing(
                 "--ignore-column", "label", "-o", str(tmp_path / f"scores{i}.csv"),
                 "--coordinator", coord.url, "--fingerprint-file", str(tmp_path / "fingerprint"),
                 "--token-file", str(tmp_path / f"token{i}"), "--epsilon-cap", "4",
-                "--min-contributors", "3", "--json"]
+                "--min-contributors", "3", "--json", "--consortium-key",
+                raw_key(consortium.public_key())]
 
     commands = [args(i) for i in range(3)]
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -78,6 +84,13 @@ def test_run_drives_a_secure_round_unattended_and_rerun_pays_nothing(
     try:
         headers = {"Authorization": f"Bearer {coord.admin_token}"}
         deadline = time.monotonic() + 120  # a hang guard only: the loop waits on progress
+        states = {n: tmp_path / f"state{i}" for i, n in enumerate(names)}
+        while not all((s / "identity_key.pem").exists() for s in states.values()):
+            assert time.monotonic() < deadline, "no identity keys"
+            time.sleep(0.1)  # the DPO certifies the keys each hospital sends it
+        coord.admin("PUT", "/v1/studies/run-secure/membership", json=certify_states(
+            consortium, "run-secure", {"mode": "secure", "cohort_size": 3,
+                                       "max_colluders": 1}, states))
         while True:  # 409 until every hospital's run has registered its identity key
             opened = httpx.post(f"{coord.url}/v1/studies/run-secure/rounds", headers=headers,
                                 timeout=30)

@@ -16,9 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from secagg_http import certify_states
 
 from common.encoding import decode_counts
 from participant.cli import EXIT_CONFIG
+from participant.consortium import raw_key
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]
@@ -40,6 +43,7 @@ class Cohort:
         self.states, self.data = {}, {}
         rng = np.random.default_rng(abs(hash(study)) % 2**32)
         enrolling = []
+        self.consortium = Ed25519PrivateKey.generate()
         for name, token in zip(self.names, tokens, strict=True):
             state, data = tmp_path / name, tmp_path / f"{name}.csv"
             (tmp_path / f"{name}.token").write_text(token)
@@ -49,17 +53,22 @@ class Cohort:
             enrolling.append(subprocess.Popen(
                 cli(state, "enrol", "--coordinator", coord.url, "--fingerprint",
                     coord.fingerprint(), "--token-file", str(tmp_path / f"{name}.token"),
-                    "--epsilon-cap", "10"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+                    "--epsilon-cap", "10", "--consortium-key",
+                    raw_key(self.consortium.public_key())),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
             self.states[name], self.data[name] = state, data
         for proc in enrolling:
             out, _ = proc.communicate(timeout=120)
             assert proc.returncode == 0, out
+        coord.admin("PUT", f"/v1/studies/{study}/membership",
+                    json=certify_states(self.consortium, study, SECURE, self.states))
         coord.admin("POST", f"/v1/studies/{study}/rounds")
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str, *extra: str) -> None:
         self.procs[name] = subprocess.Popen(
-            cli(self.states[name], "round", self.study, str(self.data[name]), "--json", *extra),
+            cli(self.states[name], "round", self.study, str(self.data[name]), "--json",
+                "--send-slot", "0", *extra),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def finish(self, name: str) -> tuple[int, str]:
