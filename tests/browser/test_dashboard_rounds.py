@@ -46,6 +46,7 @@ def drive_rounds(server, coord_kit) -> list[dict]:
             c.post("/v1/studies/sec/members", json={"participant": name}, headers=admin)
             hospitals.append(Hospital(c, Member(name, token), "sec",
                                       rng.integers(0, 50, env.config.secure_cells)))
+        assert env.certify(c, hospitals, admin).status_code == 200
         assert c.post("/v1/studies/sec/rounds", headers=admin).status_code == 201
         for h in hospitals:
             h.send("keys", h.state(), h.advert(h.state()))
