@@ -34,6 +34,7 @@ from pydantic import (
 from common.budget import PrivacyBudget
 from common.cellkeys import MAX_KEY_BITS
 from common.cohorts.params import CohortParams
+from common.delta_floor import check_delta
 from common.grid import GridSpec, derive_projection
 from common.hashing import LSHFamily, derive_lsh_family
 from common.online.params import OnlineParams
@@ -167,6 +168,8 @@ class StudyConfig(_Model):
                     f"{self.grid.cell_limit}, so it is released sparsely and needs "
                     "delta_grid > 0 (e.g. '1e-6'); or raise cell_limit / lower bins"
                 )
+            if self.grid_layout == "sparse":
+                check_delta(p.delta_grid, "delta_grid")
             if self.grid_layout == "dense" and p.delta_grid != 0:
                 raise ValueError(
                     "delta_grid must be 0 for a dense grid (pure epsilon-DP); "

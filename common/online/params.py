@@ -56,6 +56,7 @@ from pydantic import (
 )
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
+from common.delta_floor import check_delta
 from common.online.learner import OnlineConfig
 from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
 from common.params import omit_at_defaults
@@ -134,8 +135,9 @@ class OnlineParams(BaseModel):
     def _private(self) -> OnlineParams:
         if self.epsilon_select <= 0 or self.epsilon_gradient <= 0:
             raise ValueError("epsilon_select and epsilon_gradient must be > 0")
-        if not Decimal(0) < self.delta_gradient < Decimal("0.01"):
-            raise ValueError("delta_gradient must be in (0, 0.01); use about 1e-6")
+        if not Decimal(0) < self.delta_gradient:
+            raise ValueError("delta_gradient must be > 0; use about 1e-6")
+        check_delta(self.delta_gradient, "delta_gradient")
         return self
 
     @model_serializer(mode="wrap")

@@ -122,7 +122,7 @@ def test_config_requires_declared_n_exactly_with_gaussian_sums() -> None:
     with pytest.raises(ValueError, match="declared_n"):
         CohortParams(method="kmeans", epsilon=Decimal(1), k=2, declared_n=1000)
     with pytest.raises(ValueError, match="sum_noise"):
-        CohortParams(method="dpm", epsilon=Decimal(1), sum_noise="gaussian", declared_n=10)
+        CohortParams(method="dpm", epsilon=Decimal(1), sum_noise="gaussian", declared_n=1000)
     with pytest.raises(ValueError):
         _plan(declared_n=None)
     with pytest.raises(ValueError, match="delta"):

@@ -37,7 +37,7 @@ def study(n_features: int, bins: int, **grid: Any) -> StudyConfig:
     return new_study_config(
         "wide", features, seed=SEED, n_tables=4, sample_size=16,
         grid=GridParams(bins=bins, **grid),
-        privacy=PrivacyParams(epsilon_lsh="1", epsilon_grid="1", delta_grid="0.009"),
+        privacy=PrivacyParams(epsilon_lsh="1", epsilon_grid="1", delta_grid="1e-6"),
     )
 
 
