@@ -127,6 +127,10 @@ class RosterBody(RoundRef):
 class RequestBody(RoundRef):
     roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     included: list[str] = Field(description="Members whose masked vectors are in the sum.")
+    acks: dict[str, B64] = Field(
+        default_factory=dict,
+        description="Member -> its signed acknowledgement of the roster it masked under "
+        "(from its masked frame; common.secagg.wire.sign_ack): split-view detection.")
 
 
 class RecoverBody(RoundRef):

@@ -34,12 +34,13 @@ from common.secagg.messages import (
     b64d,
     b64e,
     open_message,
+    raw_ed25519,
     sign_message,
 )
 from common.secagg.params import AggregationParams
 from common.secagg.roster import VerifiedRoster, read_members
 from common.secagg.shares import ShareOpenError, open_share, seal_share, split_seed
-from common.secagg.wire import make_advert_frame, sign_frame
+from common.secagg.wire import make_advert_frame, sign_ack, sign_frame, verify_ack
 
 __all__ = [
     "RoundSecrets",
@@ -166,7 +167,9 @@ def mask_upload(
         )
         for name in roster.holders(me)
     )
-    return sign_frame("masked", body, me, pack_words(words, k) + sealed, identity, roster.digest)
+    ack = sign_ack(body, me, roster.digest, identity)
+    return sign_frame("masked", body, me, pack_words(words, k) + sealed + ack, identity,
+                      roster.digest)
 
 
 def answer_unmask(
@@ -196,6 +199,14 @@ def answer_unmask(
             "unmask request does not include every roster member's vector: a partial sum is "
             "never revealed (the round must restart without the missing members)"
         )
+    for name in roster.names:  # split view: every member masked under MY roster
+        ack = request.acks.get(name)
+        key = raw_ed25519(roster.members[name].identity_key)
+        if ack is None or not verify_ack(b64d(ack), roster.body, name, roster.digest, key):
+            raise RoundRefused(
+                f"{name} did not acknowledge the roster {me} masked under: the coordinator "
+                "may have shown members different rosters (split view); no unmask answer "
+                "leaves")
     h_min = params.require_h_min()
     if len(request.included) < max(h_min, params.min_roster):
         raise RoundRefused(f"refusing to reveal a sum over fewer than {h_min} participants")

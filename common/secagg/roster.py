@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.secagg.messages import AdvertBody, RosterBody, RoundRefused, b64d
-from common.secagg.wire import SEALED_SHARE_BYTES, open_advert
+from common.secagg.wire import ACK_BYTES, SEALED_SHARE_BYTES, open_advert
 
 __all__ = ["VerifiedRoster", "read_members"]
 
@@ -31,7 +31,8 @@ class VerifiedRoster:
         return [n for n in self.names if n != owner]
 
     def shares_size(self) -> int:
-        return SEALED_SHARE_BYTES * (len(self.members) - 1)
+        """Bytes after the masked words: sealed shares, then the roster acknowledgement."""
+        return SEALED_SHARE_BYTES * (len(self.members) - 1) + ACK_BYTES
 
 
 def read_members(body: RosterBody) -> dict[str, AdvertBody]:

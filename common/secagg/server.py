@@ -43,7 +43,15 @@ from common.secagg.messages import (
 )
 from common.secagg.roster import VerifiedRoster, read_members
 from common.secagg.shares import combine_seed
-from common.secagg.wire import HEADER_BYTES, SEALED_SHARE_BYTES, open_advert, open_frame
+from common.secagg.wire import (
+    ACK_BYTES,
+    HEADER_BYTES,
+    SEALED_SHARE_BYTES,
+    SIGNATURE_BYTES,
+    open_advert,
+    open_frame,
+    verify_ack,
+)
 
 __all__ = [
     "accept_advert",
@@ -116,6 +124,8 @@ def accept_masked(
     size = _words_size(n_cells, k)
     body = open_frame(frame, "masked", size + roster.shares_size(), ref=roster.body,
                       sender=name, key=identity, roster_digest=roster.digest)
+    if not verify_ack(body[-ACK_BYTES:], roster.body, name, roster.digest, identity):
+        raise RoundRefused(f"masked frame of {name}: its roster acknowledgement does not verify")
     try:
         return unpack_words(body[:size], n_cells, k)
     except ValueError as exc:
@@ -130,11 +140,21 @@ def sealed_share(frame: bytes, roster: VerifiedRoster, *, owner: str, holder: st
     return frame[at : at + SEALED_SHARE_BYTES]
 
 
+def masked_ack(frame: bytes) -> bytes:
+    """The roster acknowledgement carried by an accepted masked frame."""
+    return frame[-(ACK_BYTES + SIGNATURE_BYTES) : -SIGNATURE_BYTES]
+
+
 def build_request(
-    roster: VerifiedRoster, included: list[str], key: Ed25519PrivateKey
+    roster: VerifiedRoster,
+    included: list[str],
+    key: Ed25519PrivateKey,
+    masked: dict[str, bytes] | None = None,
 ) -> SignedMessage:
-    """The unmask request: every member in ``included`` is in the sum."""
-    body = RequestBody(**_for(roster), included=sorted(included))
+    """The unmask request: every member in ``included`` is in the sum; with every accepted
+    masked frame's roster acknowledgement (``masked``: name -> frame)."""
+    acks = {name: b64e(masked_ack(frame)) for name, frame in (masked or {}).items()}
+    body = RequestBody(**_for(roster), included=sorted(included), acks=acks)
     return sign_message("request", body, key)
 
 

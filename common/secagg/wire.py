@@ -17,6 +17,14 @@ a truncated, padded or oversized frame is refused before its signature is checke
     masked  masked words packed to k bits (ceil(cells * k / 8)) | b_u's Shamir share sealed for
             each other member (32: AES-SIV tag + 16 bytes; roster order; the share's index is
             the holder's roster position + 1, so it is not sent)
+            | the member's acknowledgement of the roster (64): an Ed25519 signature of its
+            identity key over ``b"fedod-secagg/ack/1\x00" + study + b"\x00" + sender +
+            b"\x00" + round (8, LE) + attempt (2, LE) + roster digest (32)``. The coordinator
+            copies every member's acknowledgement into the unmask request; a member answers
+            only if each verifies under that member's certified identity key over the roster
+            it masked under, so two members shown different rosters (a split view) are
+            detected before any unmask answer leaves (Bonawitz et al., CCS 2017,
+            ConsistencyCheck).
     unmask  b_u itself (16)
 
 JSON with base64 would add a third to every frame (and names and field labels besides).
@@ -46,6 +54,9 @@ __all__ = [
     "make_advert_frame",
     "open_advert",
     "frame_digest",
+    "ACK_BYTES",
+    "sign_ack",
+    "verify_ack",
 ]
 
 FrameKind = Literal["advert", "masked", "unmask"]
@@ -54,6 +65,7 @@ _HEADER = struct.Struct("<BQH")
 HEADER_BYTES = _HEADER.size
 SIGNATURE_BYTES = 64
 SEALED_SHARE_BYTES = 32
+ACK_BYTES = 64
 OCTET_STREAM = "application/octet-stream"
 
 
@@ -127,6 +139,27 @@ def open_frame(
             "sender, study or roster)"
         ) from exc
     return unsigned[_HEADER.size :]
+
+
+def _ack_message(ref: RoundRef, sender: str, roster_digest: str) -> bytes:
+    return (b"fedod-secagg/ack/1\x00" + ref.study_id.encode() + b"\x00" + sender.encode()
+            + b"\x00" + struct.pack("<QH", ref.round, ref.attempt)
+            + bytes.fromhex(roster_digest))
+
+
+def sign_ack(ref: RoundRef, sender: str, roster_digest: str, key: Ed25519PrivateKey) -> bytes:
+    """``sender``'s acknowledgement that it masked under the roster ``roster_digest``."""
+    return key.sign(_ack_message(ref, sender, roster_digest))
+
+
+def verify_ack(
+    ack: bytes, ref: RoundRef, sender: str, roster_digest: str, key: Ed25519PublicKey
+) -> bool:
+    try:
+        key.verify(ack, _ack_message(ref, sender, roster_digest))
+    except InvalidSignature:
+        return False
+    return True
 
 
 def make_advert_frame(

@@ -261,7 +261,8 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
     if received != roster.names:
         return
     if kind == "masked":
-        request = server.build_request(roster, roster.names, keys.private_key())
+        frames = {n: b64d(f) for n, f in store.messages(session, rnd, "masked").items()}
+        request = server.build_request(roster, roster.names, keys.private_key(), frames)
         rnd.request, rnd.status = request.model_dump_json(), "unmask"
     else:
         _reveal(session, keys, study, rnd)

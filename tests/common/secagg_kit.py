@@ -103,7 +103,8 @@ class Cohort:
         }
 
     def request(self, included) -> SignedMessage:
-        return s.build_request(self.server_roster(), list(included), self.coordinator)
+        return s.build_request(self.server_roster(), list(included), self.coordinator,
+                               {n: f for n, f in self.uploads.items() if n in included})
 
     def answer(self, name: str, request: SignedMessage, accepted=None) -> bytes:
         m = self.members[name]

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_kit import DIGEST, Cohort
 
 from common.secagg import participant as p
+from common.secagg import server as s
 from common.secagg.membership import (
     MembershipBody,
     SignedMembership,
@@ -136,3 +137,30 @@ def test_mask_upload_refuses_after_another_attempt_was_unmasked():
                       noisy=np.zeros(4, dtype=np.int64), unmasked_attempt=1)
     assert p.mask_upload(roster, me="h00", identity=m.identity, secrets=m.secrets,
                          noisy=np.zeros(4, dtype=np.int64), unmasked_attempt=2)
+
+
+def test_a_split_view_is_detected_before_any_unmask_answer_leaves():
+    """The coordinator shows h00 a roster without h03 and the others the full one (both
+    signed by it), and puts every masked frame's acknowledgement in the unmask request. h00's
+    acknowledgement is over another roster digest than the others', so every member refuses
+    to answer: no self seed leaves, no attempt is recorded as unmasked."""
+    cohort = Cohort.make(4, max_dropouts=1)
+    small = cohort.publish(["h00", "h01", "h02"])
+    cohort.check("h00", small)
+    cohort.publish()
+    frames = {n: cohort.mask(n, np.ones(3)) for n in sorted(cohort.members)}
+    request = s.build_request(cohort.server_roster(), sorted(cohort.members),
+                              cohort.coordinator, frames)
+    for name in sorted(cohort.members):
+        with pytest.raises(RoundRefused, match="split view|another roster"):
+            cohort.answer(name, request)
+    assert all(m.unmasked is None for m in cohort.members.values())
+
+
+def test_an_unmask_request_without_acknowledgements_is_refused():
+    cohort = Cohort.make(3)
+    cohort.publish()
+    cohort.accept({n: cohort.mask(n, np.ones(3)) for n in cohort.members}, 3)
+    bare = s.build_request(cohort.server_roster(), sorted(cohort.members), cohort.coordinator)
+    with pytest.raises(RoundRefused, match="did not acknowledge"):
+        cohort.answer("h00", bare)
