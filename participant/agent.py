@@ -36,6 +36,7 @@ from participant.data import DataSource, DataSpec
 from participant.dataset import DatasetSource, open_source
 from participant.ledger import Ledger
 from participant.state import (
+    DEFAULT_MAX_RELEASE_DELTA,
     DEFAULT_MAX_RELEASE_EPSILON,
     Enrolment,
     StateDir,
@@ -158,16 +159,19 @@ class Agent:
         epsilon_cap: str,
         delta_cap: str = "0",
         max_release_epsilon: str | None = None,
+        max_release_delta: str | None = None,
     ) -> Enrolment:
         """Fetch ``/v1/key``, check it against the pinned fingerprint, store everything.
 
-        ``max_release_epsilon`` (default: 2, or the cap if smaller) is the per-release ceiling.
+        ``max_release_epsilon`` (default: 2, or the cap if smaller) and ``max_release_delta``
+        (default: 1e-4) are the per-release ceiling.
         """
         cap = PrivacyBudget(epsilon_cap, delta_cap)
         ceiling = PrivacyBudget(max_release_epsilon or min(
             PrivacyBudget(DEFAULT_MAX_RELEASE_EPSILON).epsilon, cap.epsilon))
         if ceiling.epsilon <= 0:
             raise ValueError(f"the per-release ceiling must be > 0, got {max_release_epsilon}")
+        max_delta = PrivacyBudget(0, max_release_delta or DEFAULT_MAX_RELEASE_DELTA).delta
         check_coordinator_url(coordinator_url)
         if not fingerprint.startswith("sha256:"):
             fingerprint = "sha256:" + fingerprint
@@ -197,6 +201,7 @@ class Agent:
             coordinator_url.rstrip("/"), token, actual,
             f"{cap.epsilon.normalize():f}", f"{cap.delta.normalize():f}",
             f"{ceiling.epsilon.normalize():f}",
+            max_release_delta=f"{max_delta.normalize():f}",
         )
         self.state.save_enrolment(enrolment, pem)
         self.ledger().close()

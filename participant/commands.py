@@ -46,7 +46,8 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
         raise ValueError("give the credential with --token-file, --token or "
                          "FEDOD_PARTICIPANT_TOKEN")
     e = agent.enrol(args.coordinator, token, args.fingerprint, epsilon_cap=args.epsilon_cap,
-                    delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
+                    delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon,
+                    max_release_delta=args.max_release_delta)
     from participant.round_files import ensure_identity
 
     if args.consortium_key:
@@ -54,7 +55,8 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
     ensure_identity(agent)  # the long-term identity key for secure rounds
     out(args, {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                 "key_fingerprint": e.key_fingerprint, "epsilon_cap": e.epsilon_cap,
-                "delta_cap": e.delta_cap, "max_release_epsilon": e.max_release_epsilon},
+                "delta_cap": e.delta_cap, "max_release_epsilon": e.max_release_epsilon,
+                "max_release_delta": e.max_release_delta},
          f"enrolled with {e.coordinator_url}; key {e.key_fingerprint} pinned; local cap "
          f"epsilon={e.epsilon_cap} delta={e.delta_cap}, at most epsilon="
          f"{e.max_release_epsilon} per release; state in {agent.state.root}")
@@ -184,6 +186,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
     doc: dict[str, Any] = {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                            "key_fingerprint": e.key_fingerprint, "cap": e.cap,
                            "max_release_epsilon": Decimal(e.max_release_epsilon),
+                           "max_release_delta": Decimal(e.max_release_delta),
                            "spent": spent, "remaining": e.cap.remaining(spent),
                            "pending": [p.idempotency_key for p in pending]}
     try:

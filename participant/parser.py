@@ -8,7 +8,7 @@ from typing import Any
 
 from participant.cohorts_cli import add_cohorts_parser
 from participant.config import Settings
-from participant.state import DEFAULT_MAX_RELEASE_EPSILON
+from participant.state import DEFAULT_MAX_RELEASE_DELTA, DEFAULT_MAX_RELEASE_EPSILON
 
 SETTINGS = Settings()
 DEFAULT_STATE = SETTINGS.state_dir
@@ -90,6 +90,11 @@ def ceiling_arg(p: argparse.ArgumentParser) -> None:
                         f"is refused before any data is read (default: "
                         f"{DEFAULT_MAX_RELEASE_EPSILON}, or the cap if smaller; set at "
                         "enrolment)")
+    p.add_argument("--max-release-delta", metavar="DELTA",
+                   help="per-release delta ceiling: a config spending more delta in one "
+                        "release (sparse grid, cohort Gaussian sums, online gradients) is "
+                        f"refused before any data is read (default: {DEFAULT_MAX_RELEASE_DELTA}, "
+                        "the largest any valid config may spend; set at enrolment)")
 
 
 def build_parser(doc: str) -> argparse.ArgumentParser:

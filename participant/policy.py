@@ -5,7 +5,7 @@ None of these checks looks at the data, so a refusal tells the coordinator nothi
 (see :mod:`participant.contribute`).
 
 - **Per-release ceiling** (:func:`check_ceiling`): set at enrolment; a config that spends
-  more epsilon in one release is refused, whatever the remaining cap.
+  more epsilon or more delta in one release is refused, whatever the remaining cap.
 - **Approved schema** (:func:`check_schema`): the columns a release uses are stored at the
   first release of a study (or by ``approve``); a later config that releases other columns
   (e.g. an ignored label becoming a feature) is refused until the operator approves it.
@@ -68,7 +68,15 @@ def keep_first_rows(seen: dict[object, int], keys: list[object], cap: int) -> ND
 
 
 def check_ceiling(cost: PrivacyBudget, ceiling: PrivacyBudget) -> None:
-    """Refuse a release whose epsilon exceeds the per-release ceiling set at enrolment."""
+    """Refuse a release whose epsilon or delta exceeds the per-release ceiling set at
+    enrolment (every release kind calls this before it reads a record)."""
+    if cost.delta > ceiling.delta:
+        raise BudgetExceeded(
+            f"this release asks delta {cost.delta.normalize():f}, above the per-release "
+            f"ceiling {ceiling.delta.normalize():f} set at enrolment "
+            f"(--max-release-delta); nothing was read, drawn or charged",
+            spent=PrivacyBudget.zero(), asked=cost, cap=ceiling, source="per-release ceiling",
+        )
     if cost.epsilon > ceiling.epsilon:
         raise BudgetExceeded(
             f"this release asks epsilon {cost.epsilon.normalize():f}, above the per-release "

@@ -33,11 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from common.budget import PrivacyBudget
+from common.delta_floor import MAX_RELEASE_DELTA
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 DEFAULT_MAX_RELEASE_EPSILON = "2"
 """Per-release epsilon ceiling when ``enrol`` is not given one (issue 15, item 7)."""
+DEFAULT_MAX_RELEASE_DELTA = str(MAX_RELEASE_DELTA)
+"""Per-release delta ceiling when ``enrol`` is not given one (issue 25, item 6): the largest
+delta any valid config may spend in one release (``common.delta_floor``)."""
 _STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -55,6 +59,9 @@ class Enrolment:
     epsilon_cap: str
     delta_cap: str = "0"
     max_release_epsilon: str = DEFAULT_MAX_RELEASE_EPSILON
+    max_release_delta: str = DEFAULT_MAX_RELEASE_DELTA
+    """Most delta one release may spend (``enrol --max-release-delta``); state files written
+    before it existed load with the default."""
     consortium_key: str | None = None
     """The consortium's Ed25519 public key (raw, base64): it signs who may be in a secure
     round (``enrol --consortium-key``; ``fedod-consortium``)."""
@@ -66,8 +73,8 @@ class Enrolment:
 
     @property
     def ceiling(self) -> PrivacyBudget:
-        """Most epsilon one release may spend; no coordinator config can raise it."""
-        return PrivacyBudget(self.max_release_epsilon)
+        """Most epsilon and delta one release may spend; no coordinator config can raise it."""
+        return PrivacyBudget(self.max_release_epsilon, self.max_release_delta)
 
 
 def fsync_dir(path: Path) -> None:

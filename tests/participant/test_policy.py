@@ -121,9 +121,10 @@ def test_per_release_ceiling_refuses_before_reading(tmp_path):
 
 def test_default_ceiling_is_two_or_the_cap(tmp_path):
     fake = FakeCoordinator()
-    assert agent_for(fake, tmp_path / "a").state.load_enrolment().ceiling == PrivacyBudget("2")
+    default = agent_for(fake, tmp_path / "a").state.load_enrolment().ceiling
+    assert default == PrivacyBudget("2", "0.0001")  # delta: the config ceiling (delta_floor)
     small = agent_for(fake, tmp_path / "b", cap="0.5").state.load_enrolment()
-    assert small.ceiling == PrivacyBudget("0.5")
+    assert small.ceiling == PrivacyBudget("0.5", "0.0001")
 
 
 def reissue(fake, features, version):
