@@ -70,20 +70,16 @@ def keep_first_rows(seen: dict[object, int], keys: list[object], cap: int) -> ND
 def check_ceiling(cost: PrivacyBudget, ceiling: PrivacyBudget) -> None:
     """Refuse a release whose epsilon or delta exceeds the per-release ceiling set at
     enrolment (every release kind calls this before it reads a record)."""
-    if cost.delta > ceiling.delta:
-        raise BudgetExceeded(
-            f"this release asks delta {cost.delta.normalize():f}, above the per-release "
-            f"ceiling {ceiling.delta.normalize():f} set at enrolment "
-            f"(--max-release-delta); nothing was read, drawn or charged",
-            spent=PrivacyBudget.zero(), asked=cost, cap=ceiling, source="per-release ceiling",
-        )
-    if cost.epsilon > ceiling.epsilon:
-        raise BudgetExceeded(
-            f"this release asks epsilon {cost.epsilon.normalize():f}, above the per-release "
-            f"ceiling {ceiling.epsilon.normalize():f} set at enrolment "
-            f"(--max-release-epsilon); nothing was read, drawn or charged",
-            spent=PrivacyBudget.zero(), asked=cost, cap=ceiling, source="per-release ceiling",
-        )
+    for name, asked, most in (("epsilon", cost.epsilon, ceiling.epsilon),
+                              ("delta", cost.delta, ceiling.delta)):
+        if asked > most:
+            raise BudgetExceeded(
+                f"this release asks {name} {asked.normalize():f}, above the per-release "
+                f"ceiling {most.normalize():f} set at enrolment (--max-release-{name}); "
+                "nothing was read, drawn or charged",
+                spent=PrivacyBudget.zero(), asked=cost, cap=ceiling,
+                source="per-release ceiling",
+            )
 
 
 def released_columns(config: StudyConfig) -> list[str]:
