@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+import test_rounds
 from conftest import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from secagg_http import Env, Hospital
 
 from common.secagg.membership import SignedMembership, sign_membership
 
-
-@pytest.fixture
-def study(client, make_participant, coord_kit):
-    def make(n_hospitals=4):
-        people = [make_participant(f"h{i}") for i in range(n_hospitals)]
-        spec = coord_kit.study_spec("sec", n_tables=5, epsilon_lsh="0.5")
-        spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
-                               "max_colluders": 1}
-        r = client.post("/v1/studies", json=spec, headers=ADMIN)
-        assert r.status_code == 201, r.text
-        for p in people:
-            client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
-        env = Env(client, r.json()["config"])
-        return env, [Hospital(client, p, "sec", np.zeros(3)) for p in people]
-
-    return make
+cohort = test_rounds.cohort
+"""test_rounds' fixture: n = 4, D = 1, T = 1; the first four hospitals certified (v1)."""
 
 
 def _open(client):
     return client.post("/v1/studies/sec/rounds", headers=ADMIN)
 
 
-def test_a_round_opens_with_exactly_the_certified_members(client, study):
-    env, hs = study(5)  # five enrolled, four certified: h4 is never in the round
-    assert env.certify(client, hs, ADMIN).status_code == 200
+def test_a_round_opens_with_exactly_the_certified_members(client, cohort):
+    env, hs = cohort(5)  # five enrolled, four certified: h4 is never in the round
     r = _open(client)
     assert r.status_code == 201 and r.json()["expected"] == ["h0", "h1", "h2", "h3"]
     st = hs[0].state()
@@ -43,11 +27,11 @@ def test_a_round_opens_with_exactly_the_certified_members(client, study):
     assert SignedMembership.model_validate(got.json()).body().members["h0"] == hs[0].pub
 
 
-def test_a_registered_key_other_than_the_certified_one_blocks_the_round(client, study):
-    env, hs = study()
+def test_a_registered_key_other_than_the_certified_one_blocks_the_round(client, cohort):
+    env, hs = cohort()
     real = hs[2].identity
     hs[2].identity = Ed25519PrivateKey.generate()  # the DPO was sent another key
-    assert env.certify(client, hs, ADMIN).status_code == 200
+    assert env.certify(client, hs, ADMIN, version=2).status_code == 200
     hs[2].identity = real
     r = _open(client)
     assert r.status_code == 409 and "another identity key" in r.json()["detail"]
@@ -61,19 +45,18 @@ def test_a_registered_key_other_than_the_certified_one_blocks_the_round(client, 
         ({"members": {}}, "0 members"),
     ],
 )
-def test_a_membership_that_members_would_refuse_is_refused(client, study, change, detail):
-    env, hs = study()
-    assert env.certify(client, hs, ADMIN).status_code == 200
+def test_a_membership_that_members_would_refuse_is_refused(client, cohort, change, detail):
+    env, hs = cohort()
     body = SignedMembership.model_validate(
         client.get("/v1/studies/sec/membership", headers=hs[0].e.headers).json()).body()
-    signed = sign_membership(body.model_copy(update=change), env.consortium)
+    signed = sign_membership(body.model_copy(update={**change, "version": 2}), env.consortium)
     r = client.put("/v1/studies/sec/membership", json=signed.model_dump(), headers=ADMIN)
     assert r.status_code == 409 and detail in r.json()["detail"]
 
 
-def test_an_older_membership_version_is_refused_and_only_the_admin_uploads(client, study):
-    env, hs = study()
-    assert env.certify(client, hs, ADMIN, version=2).status_code == 200
-    r = env.certify(client, hs, ADMIN, version=1)
+def test_an_older_membership_version_is_refused_and_only_the_admin_uploads(client, cohort):
+    env, hs = cohort()
+    assert env.certify(client, hs, ADMIN, version=3).status_code == 200
+    r = env.certify(client, hs, ADMIN, version=2)
     assert r.status_code == 409 and "older" in r.json()["detail"]
     assert env.certify(client, hs, hs[0].e.headers).status_code in (401, 403)
