@@ -134,7 +134,8 @@ FRAME_DOC = {
         "little-endian), attempt (2), body, Ed25519 signature (64) over a context that also "
         "binds study, sender and (masked, unmask) the roster digest. Bodies: keys = X25519 key "
         "(32) + SHA-256 of the self-mask seed (32); masked = words packed to k bits + one "
-        "32-byte sealed share per other roster member (roster order); unmask = the 16-byte "
+        "32-byte sealed share per other roster member (roster order) + the 64-byte roster "
+        "acknowledgement (common.secagg.wire.sign_ack); unmask = the 16-byte "
         "self-mask seed. Each length is exact: a truncated or padded frame is 422, a longer "
         "one 413, a tampered one 422, one of another round or attempt 409.",
         "content": {OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}}},
