@@ -104,7 +104,7 @@ def main() -> None:
     accepted = {name: s.accept_masked(up, sroster, name=name,
                                       identity=ids[name].public_key(), n_cells=cells)
                 for name, up in uploads.items()}
-    request = s.build_request(sroster, list(counts), coordinator)
+    request = s.build_request(sroster, list(counts), coordinator, uploads)
     t0 = time.process_time()
     answer = p.answer_unmask(request, p.check_roster(
         roster_msg, me=me, my_advert=adverts[me], coordinator_key=coordinator.public_key(),
