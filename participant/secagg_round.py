@@ -39,8 +39,8 @@ from numpy.typing import NDArray
 from common.config import StudyConfig
 from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
-from common.secagg.membership import MembershipBody, SignedMembership, verify_membership
-from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, raw_ed25519
+from common.secagg.membership import SignedMembership
+from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.schemas import RoundState
 from common.secagg.vector import NoiseShare, noisy_secure_vector
 from common.secagg.wire import OCTET_STREAM
@@ -48,6 +48,7 @@ from participant import policy
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
 from participant.contribute import ReleaseSubstituted, empty_counts, exact_histograms
+from participant.round_checks import certified_members, check_certified_roster
 from participant.round_files import RoundFiles, register_identity
 from participant.state import write_private
 
@@ -181,37 +182,6 @@ def _post(
         client.request("POST", path, content=msg, headers={"Content-Type": OCTET_STREAM})
 
 
-def certified_members(
-    membership: SignedMembership | None, consortium_key: str | None, study: str,
-    config: StudyConfig, now: datetime,
-) -> MembershipBody:
-    """The consortium's membership certificate verified under the pinned key; refused
-    (before anything is read, drawn or charged) without a pinned key or a certificate."""
-    if consortium_key is None:
-        raise ConfigError(
-            "no consortium key is pinned: secure rounds run only with members certified by "
-            "your consortium's data-protection officer. Get its public key and run "
-            "'fedod-participant enrol ... --consortium-key KEY' again; nothing was read")
-    if membership is None:
-        raise RoundRefused(
-            f"the coordinator sent no membership certificate for {study!r}: refusing a roster "
-            "no consortium certified; nothing was read, drawn or charged")
-    assert config.aggregation is not None
-    return verify_membership(membership, raw_ed25519(consortium_key), study=study,
-                             params=config.aggregation, now=now)
-
-
-def _check_roster(
-    st: RoundState, advert: bytes, ref: RoundRef, *, consortium_key: str | None,
-    config: StudyConfig, **fixed: Any
-) -> proto.VerifiedRoster:
-    assert st.roster is not None
-    certified = certified_members(st.membership, consortium_key, ref.study_id, config,
-                                  datetime.now(UTC))
-    return proto.check_roster(st.roster, my_advert=advert, ref=ref, certified=certified,
-                              **fixed)
-
-
 def run_secure_round(
     agent: Agent,
     study: str,
@@ -250,7 +220,7 @@ def run_secure_round(
         coordinator = agent.public_key()
         k = config.secure_modulus_bits()
         check = functools.partial(
-            _check_roster, me=name, coordinator_key=coordinator, params=params,
+            check_certified_roster, me=name, coordinator_key=coordinator, params=params,
             config_digest=signed.digest(), modulus_bits=k, consortium_key=me.consortium_key,
             config=config,
         )
