@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, SchemaMismatch
+from common.release_bounds import MAX_ROWS_PER_ID
 
 DEFAULT_SEND_SLOT = 30.0
 """Seconds from config fetch to POST; covers ~1M rows with a sparse grid (issue 15: 10.4 s)."""
@@ -146,6 +147,12 @@ def check_release_options(
         raise ValueError(f"--rows-per-id must be >= 1, got {rows_per_id}")
     if id_column is None:
         raise ValueError("--rows-per-id needs --id-column (the patient key)")
+    if rows_per_id > MAX_ROWS_PER_ID:
+        raise ValueError(
+            f"--rows-per-id {rows_per_id} is above {MAX_ROWS_PER_ID}, the largest the "
+            "coordinator's public poisoning bounds allow for (common.release_bounds): its "
+            "noise would be refused there after the local charge"
+        )
     if rows_per_id > 1 and config.grid_layout == "sparse":
         raise ValueError(
             f"--rows-per-id {rows_per_id} with a sparse grid is not supported: the "

@@ -189,6 +189,9 @@ def test_rows_per_id_keeps_the_first_rows_of_each_key(tmp_path):
     assert outcome.dropped == 3
     with pytest.raises(ValueError, match="needs --id-column"):
         agent.contribute("s1", data, DataOptions(rows_per_id=2, ignore=("pid",)), send_slot=0)
+    with pytest.raises(ValueError, match="above 16"):
+        agent.contribute("s1", data, DataOptions(id_column="pid", rows_per_id=17), send_slot=0)
+    assert len(fake.posts) == 1  # the refused release sent and charged nothing
 
 
 def lsh_noise_std(config, rows_per_id):
