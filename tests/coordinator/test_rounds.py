@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from secagg_honest import honest_vector
 from secagg_http import Env, Hospital
 
 from common.encoding import decode_counts
@@ -29,8 +30,7 @@ def cohort(client, make_participant, coord_kit):
             client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
         env = Env(client, r.json()["config"])
         rng = np.random.default_rng(3)
-        hospitals = [Hospital(client, p, "sec", rng.integers(-500, 500, env.config.lsh_cells))
-                     for p in people]
+        hospitals = [Hospital(client, p, "sec", honest_vector(env.config, rng)) for p in people]
         assert env.certify(client, hospitals, ADMIN).status_code == 200
         return env, hospitals
 
@@ -267,3 +267,46 @@ def test_frames_are_parsed_strictly_over_http(client, cohort):
     assert budget["h0"]["epsilon_spent"] == "0"
     h0.send("masked", st, frame)
     assert h0.state().masked == 1
+
+
+def test_a_poked_cell_rejects_the_sum_and_the_next_round_merges(client, cohort, app):
+    """Issue 25: one member adds +50,000 to one cell of its noisy vector before masking. The
+    revealed sum is not merged: the round ends 'rejected' with the reason in the listing and
+    on the dashboard, the model stays as it was, every member is charged exactly once (their
+    noise was drawn and sent), and the next honest round merges."""
+    from coordinator.dashboard import dashboard_page
+
+    env, hs = cohort()
+    rng = np.random.default_rng(7)
+    hs[1].noisy = hs[1].noisy.copy()
+    hs[1].noisy[3] += 50_000
+    _open(client)
+    _keys_and_mask(hs, env)
+    for h in hs:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    (rejected,) = client.get("/v1/studies/sec/rounds", headers=ADMIN).json()
+    assert rejected["status"] == "rejected" and rejected["survivors"] == 4
+    assert "revealed sum rejected: LSH table" in rejected["detail"]
+    assert "model keeps its last value" in rejected["detail"]
+    model = ModelPublic.model_validate_json(
+        client.get("/v1/studies/sec/model", headers=ADMIN).text)
+    assert (model.version, model.contributors) == (0, 0)
+    budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    assert [budget[h.e.name]["epsilon_spent"] for h in hs] == ["0.5"] * 4
+    with app.state.sessionmaker() as session:
+        html = dashboard_page(session, "k")
+    assert "<td>rejected</td>" in html and "revealed sum rejected: LSH table" in html
+    assert hs[0].state().status == "rejected"  # what a member's client reads
+
+    for h in hs:  # round 2: fresh round keys, honest vectors
+        h.secrets, h.unmasked = {}, None
+        h.noisy = honest_vector(env.config, rng)
+    assert _open(client)["round"] == 2
+    _keys_and_mask(hs, env)
+    for h in hs:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    model, total = _model(client)
+    np.testing.assert_array_equal(total, sum(h.noisy for h in hs))
+    assert (model.version, model.contributors) == (1, 4)
+    budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    assert [budget[h.e.name]["epsilon_spent"] for h in hs] == ["1"] * 4
