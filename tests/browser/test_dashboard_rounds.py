@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import httpx
 import numpy as np
 import pytest
+from secagg_honest import honest_vector
 from secagg_http import Env, Hospital
 from test_dashboard_pages import _login
 
@@ -45,7 +46,7 @@ def drive_rounds(server, coord_kit) -> list[dict]:
                            headers=admin).json()["token"]
             c.post("/v1/studies/sec/members", json={"participant": name}, headers=admin)
             hospitals.append(Hospital(c, Member(name, token), "sec",
-                                      rng.integers(0, 50, env.config.secure_cells)))
+                                      honest_vector(env.config, rng)))
         assert env.certify(c, hospitals, admin).status_code == 200
         assert c.post("/v1/studies/sec/rounds", headers=admin).status_code == 201
         for h in hospitals:
