@@ -91,7 +91,8 @@ def test_idle_and_slow_sockets_do_not_starve_healthz(coordinator_server, tmp_pat
                   "and slow-header sockets open (printed, not asserted: the machine is shared)")
         assert httpx.get(server.url + "/v1/key", timeout=30).status_code == 200
         stalled = socket.create_connection(("127.0.0.1", server.port), timeout=120)
-        stalled.sendall(b"POST /v1/studies HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        stalled.sendall(b"POST /v1/studies HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer stalled\r\n"
+                        b"Content-Type: application/json"
                         b"\r\nContent-Length: 1000000\r\n\r\n" + b"{" * 1000)
         answer = b""
         while chunk := stalled.recv(4096):  # 408, then the server closes the connection
