@@ -56,12 +56,16 @@ def _keys_and_mask(hospitals, env):
         h.send("masked", h.state(), h.masked(h.state(), env))
 
 
+def _unmask(hospitals, env):
+    for h in hospitals:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+
+
 def test_full_round_reveals_the_sum_and_charges_each_release_once(client, cohort):
     env, hs = cohort()
     assert _open(client)["status"] == "keys"
     _keys_and_mask(hs, env)
-    for h in hs:
-        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    _unmask(hs, env)
     model, total = _model(client)
     np.testing.assert_array_equal(total, sum(h.noisy for h in hs))
     assert (model.contributors, model.version) == (4, 1)
@@ -107,8 +111,7 @@ def test_lost_before_masking_restarts_without_it_and_charges_once(client, cohort
     assert "open attempt is sec/1/2" in replay  # attempt 1's vector never enters attempt 2
     for h in hs[:3]:
         h.send("masked", h.state(), h.masked(h.state(), env))
-    for h in hs[:3]:
-        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    _unmask(hs[:3], env)
     _, total = _model(client)
     np.testing.assert_array_equal(total, sum(h.noisy for h in hs[:3]))
     budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
@@ -165,8 +168,7 @@ def test_too_many_lost_after_masking_abandons_without_a_sum(client, cohort):
     env, hs = cohort()
     _open(client)
     _keys_and_mask(hs, env)
-    for h in hs[:2]:
-        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    _unmask(hs[:2], env)
     r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
     assert r.json()["status"] == "abandoned" and "threshold is 3" in r.json()["detail"]
     model, _ = _model(client)
@@ -282,8 +284,7 @@ def test_a_poked_cell_rejects_the_sum_and_the_next_round_merges(client, cohort, 
     hs[1].noisy[3] += 50_000
     _open(client)
     _keys_and_mask(hs, env)
-    for h in hs:
-        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    _unmask(hs, env)
     (rejected,) = client.get("/v1/studies/sec/rounds", headers=ADMIN).json()
     assert rejected["status"] == "rejected" and rejected["survivors"] == 4
     assert "revealed sum rejected: LSH table" in rejected["detail"]
@@ -303,8 +304,7 @@ def test_a_poked_cell_rejects_the_sum_and_the_next_round_merges(client, cohort, 
         h.noisy = honest_vector(env.config, rng)
     assert _open(client)["round"] == 2
     _keys_and_mask(hs, env)
-    for h in hs:
-        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    _unmask(hs, env)
     model, total = _model(client)
     np.testing.assert_array_equal(total, sum(h.noisy for h in hs))
     assert (model.version, model.contributors) == (1, 4)
