@@ -9,12 +9,12 @@ cell of the release at ``beta / 2``):
 
 1. **LSH and dense grid cells** lie in ``[-B, R + B]`` (exact counts are in ``[0, R]``).
 2. **Sparse (thresholded) grid cells** lie in ``[T, R + B]``: the thresholded mechanism only
-   keeps a noisy count ``>= T`` (:func:`common.release.make_threshold_noise`, public ``T``).
+   keeps a noisy count ``>= T`` (:func:`common.noise.laplace.make_threshold_noise`, public ``T``).
    The union bound runs over ``2**62`` cells (any number of occupied cells a body can hold).
 3. **LSH tables agree**: a record falls in exactly one cell of every table, so every table's
    exact total is the participant's record count ``X``. The noisy total of table ``t`` is
    ``X + N_t`` with ``N_t`` the sum of its ``c_t`` cells' noise, ``|N_t| <= b_t`` with
-   probability ``1 - beta / (2 tables)`` each (:func:`common.secagg.sum_tail.polya_sum_tail`:
+   probability ``1 - beta / (2 tables)`` each (:func:`common.noise.sum_tail.polya_sum_tail`:
    discrete Laplace is ``NB(1) - NB(1)``). An honest release therefore has some ``X`` with
    ``|total_t - X| <= b_t`` for every table: ``max(total_t - b_t) <= min(total_t + b_t)``.
    A table holding a cell at or above ``R - B`` (*saturated*: a count clipped at ``R`` would
@@ -28,7 +28,7 @@ An honest release fails any of these with probability below ``beta`` (``2**-40``
 ``N / epsilon_grid``, ``N`` the participant's ``--rows-per-id`` (1 without it). ``N`` is a
 local option, not in the signed config, so the bounds assume the largest
 :data:`MAX_ROWS_PER_ID` (a sparse grid is only released with ``N = 1``). A participant
-releasing with a larger ``N`` is refused here: ``participant.policy`` should refuse such an
+releasing with a larger ``N`` is refused here: ``participant.release.policy`` should refuse such an
 ``N`` before anything is charged.
 
 **What cannot be caught** (no aggregation can without proofs of input validity, Prio-style):
@@ -56,9 +56,9 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import ReleaseOutOfBounds
+from common.noise.sum_tail import polya_sum_tail
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail
 from common.secagg.params import AggregationParams
-from common.secagg.sum_tail import polya_sum_tail
 
 __all__ = ["MAX_ROWS_PER_ID", "ReleaseBounds", "release_bounds", "check_lsh", "check_grid"]
 
@@ -74,7 +74,7 @@ def _scale(sensitivity: int, epsilon: Decimal) -> float:
 
 @lru_cache(maxsize=16)
 def _threshold(epsilon: Decimal, delta: Decimal) -> int:
-    from common.release import make_threshold_noise  # OpenDP: imported only when needed
+    from common.noise.laplace import make_threshold_noise  # OpenDP: imported only when needed
 
     return make_threshold_noise(epsilon, delta)[1]
 

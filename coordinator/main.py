@@ -22,21 +22,21 @@ from coordinator.api.routes import (
     models,
     online,
     participants,
-    rounds,
+    secagg,
     studies,
 )
 from coordinator.config import Settings
-from coordinator.db import (
+from coordinator.db.engine import (
     PoolLimits,
     make_engine,
     make_probe_engine,
     make_sessionmaker,
     sqlite_file,
 )
+from coordinator.db.sqlite_checkpoint import Checkpointer
 from coordinator.keys import KeyStore
 from coordinator.logs import log_config
 from coordinator.middleware import AccessLogMiddleware, BodyLimitMiddleware, TimeoutMiddleware
-from coordinator.sqlite_checkpoint import Checkpointer
 
 log = logging.getLogger("fedod.errors")
 
@@ -110,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys.ensure()
 
     app.include_router(health.router)
-    for module in (keys, studies, contributions, models, participants, budget, rounds,
+    for module in (keys, studies, contributions, models, participants, budget, secagg,
                    online, cohorts):
         app.include_router(module.router, prefix="/v1")
     app.include_router(dashboard.router)

@@ -30,11 +30,11 @@ from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, SignatureInvalid
 from common.noise.planning import config_noise_warning
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
-from participant import policy
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.data import DataSource, DataSpec
-from participant.dataset import DatasetSource, open_source
-from participant.ledger import Ledger
+from participant.data.dataset import DatasetSource, open_source
+from participant.data.reader import DataSource, DataSpec
+from participant.release import policy
+from participant.release.ledger import Ledger
 from participant.state import (
     DEFAULT_MAX_RELEASE_DELTA,
     DEFAULT_MAX_RELEASE_EPSILON,
@@ -47,8 +47,8 @@ from participant.state import (
 log = logging.getLogger("fedod.participant")
 
 if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
-    from participant.contribute import SendResult
-    from participant.scoring import ScoreSummary
+    from participant.release.contribute import SendResult
+    from participant.scoring.score import ScoreSummary
 
 
 def check_coordinator_url(url: str) -> str:
@@ -75,7 +75,7 @@ class DataOptions:
     chunk_rows: int = 65_536
     progress: bool = False
     rows_per_id: int | None = None
-    engine: str = "inprocess"  # or "dask" (participant.engine_dask)
+    engine: str = "inprocess"  # or "dask" (participant.dask.engine)
     scheduler: str | None = None  # Dask scheduler address; None: start a LocalCluster
 
     def source(self, path: str | Path, config: StudyConfig, *, release: bool = False
@@ -85,7 +85,7 @@ class DataOptions:
             config, id_column=self.id_column, ignore=self.ignore,
             on_out_of_bounds=self.on_out_of_bounds,
             rows_per_id=self.rows_per_id if release else None,
-            on_bad_row="drop" if release else "error",  # participant.data: one bad row
+            on_bad_row="drop" if release else "error",  # participant.data.reader: one bad row
         )
         source = open_source(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
         if spec.rows_per_id is not None and (
@@ -251,7 +251,7 @@ class Agent:
         config, _ = self.fetch_config(study)
         source = options.source(path, config)
         if options.engine_kw():
-            from participant.engine_dask import check_dataset
+            from participant.dask.engine import check_dataset
 
             return check_dataset(source, **options.engine_kw())
         for _ in source:
@@ -274,8 +274,7 @@ class Agent:
         Every refusal happens before a record is read; from the ledger reservation on, the
         release is charged and sent ``send_slot`` seconds after the config was fetched.
         """
-        from participant import contribute as rel
-
+        from participant.release import contribute as rel
         enrolment = self.state.load_enrolment()
         with self.state.lock(), self.ledger() as ledger, self.client() as client:
             rel.recover(self.state, ledger)
@@ -324,7 +323,7 @@ class Agent:
         engine_kw = options.engine_kw()
         if not engine_kw:
             return None
-        from participant.engine_dask import exact_histograms as on_dask
+        from participant.dask.engine import exact_histograms as on_dask
 
         return functools.partial(on_dask, **engine_kw)
 
@@ -332,7 +331,7 @@ class Agent:
         self, study: str, path: str | Path, options: DataOptions, config: StudyConfig,
         enrolment: Enrolment, approve_schema: bool,
     ) -> DataSource | DatasetSource:
-        """Every check a release passes before reading a record (participant.policy)."""
+        """Every check a release passes before reading a record (participant.release.policy)."""
         policy.check_release_options(config, on_out_of_bounds=options.on_out_of_bounds,
                                      id_column=options.id_column,
                                      rows_per_id=options.rows_per_id)
@@ -347,8 +346,7 @@ class Agent:
 
     def resend_pending(self) -> list[SendResult]:
         """Send every stored-but-unacknowledged release (all studies)."""
-        from participant import contribute as rel
-
+        from participant.release import contribute as rel
         with self.state.lock(), self.ledger() as ledger, self.client() as client:
             rel.recover(self.state, ledger)
             return [rel.send_stored(self.state, ledger, client, e, resent=True)
@@ -366,13 +364,13 @@ class Agent:
     ) -> tuple[ScoreSummary, Any]:
         """Score local records with the global model; returns the summary and the model."""
         from common.detectors.combine import study_weights
-        from participant.cohort_columns import fetch_cohorts
-        from participant.model import fetch_model, model_detectors
-        from participant.scoring import score_source
+        from participant.cohorts.columns import fetch_cohorts
+        from participant.scoring.model import fetch_model, model_detectors
+        from participant.scoring.score import score_source
 
         engine_kw = options.engine_kw()
         if engine_kw:
-            from participant.engine_dask import score_dataset as score_source
+            from participant.dask.engine import score_dataset as score_source
 
         with self.client() as client:
             config, _ = self.fetch_config(study, client)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from participant.policy import DEFAULT_SEND_SLOT
+from participant.release.policy import DEFAULT_SEND_SLOT
 
 
 class Settings(BaseSettings):

@@ -39,7 +39,7 @@ The leaves of one level partition the box, so a record lies in exactly one leaf 
 histogrammed feature, in exactly one interval (records are clipped into the support first):
 one level's histograms change by at most ``m`` in L1 (``m = plan.dims_per_node``). Leaf
 counts: 1. Leaf histograms (all ``d`` features): ``d`` in L1, ``sqrt(d)`` in L2 (what the
-optional Gaussian leaf noise pays for, :mod:`common.cohorts.gaussian`). Levels and the leaf
+optional Gaussian leaf noise pays for, :mod:`common.noise.gaussian`). Levels and the leaf
 release compose sequentially (:meth:`~common.cohorts.dpm_plan.DPMPlan.budgets`); within a
 level, leaves are disjoint (parallel composition). Substitution neighbours would double every
 sensitivity.

@@ -76,7 +76,7 @@ class DPMPlan:
     leaf_noise : "laplace" | "gaussian", default "laplace"
         Noise on the leaf histograms: discrete Laplace at L1 sensitivity ``d`` (pure
         epsilon), or the discrete Gaussian at L2 sensitivity ``sqrt(d)``, charged as
-        ``(epsilon, delta)`` (:mod:`common.cohorts.gaussian`).
+        ``(epsilon, delta)`` (:mod:`common.noise.gaussian`).
     declared_n : int | None
         Gaussian only (required there): the declared, public number of records of the
         whole study; ``delta = 1 / (n sqrt n)``. Never counted from the data.
@@ -150,7 +150,7 @@ class DPMPlan:
                              "and the leaf release")
         delta = Decimal(0)
         if self.declared_n is not None:
-            from common.cohorts.gaussian import declared_delta
+            from common.noise.gaussian import declared_delta
 
             delta = declared_delta(self.declared_n)
         return DPMBudget(tuple(u * EPSILON_QUANTUM for u in levels),
@@ -169,7 +169,7 @@ class DPMPlan:
         discrete Gaussian's is at most its scale)."""
         budget = self.budgets()
         if self.leaf_noise == "gaussian":
-            from common.cohorts.gaussian import histogram_scale
+            from common.noise.gaussian import histogram_scale
 
             return histogram_scale(self.d, budget.leaf_histograms, budget.leaf_delta)
         return discrete_laplace_sd(self.d / float(budget.leaf_histograms))

@@ -33,7 +33,7 @@ costs ``eps_counts + eps_sums`` (basic composition). :func:`split_epsilon` split
 budget over ``T`` rounds (exact in 1e-9 units; the first rounds take the remainder)
 and each round between counts and sums by the public ``count_share``.
 
-Gaussian sums (``plan.sum_noise == "gaussian"``, :mod:`common.cohorts.gaussian`): a record
+Gaussian sums (``plan.sum_noise == "gaussian"``, :mod:`common.noise.gaussian`): a record
 moves one cluster's sum vector by its own grid units, so the sums' L2 sensitivity is the
 box's fixed-point half-diagonal ``S2 = ceil(sqrt(sum_j max(|rint(lo_j/step)|,
 |rint(hi_j/step)|)**2))`` (``2**bits sqrt(d)`` on ``[-1, 1]^d``: ``sqrt(d)`` in data units

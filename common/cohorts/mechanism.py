@@ -70,9 +70,9 @@ class Part:
     @property
     def scale(self) -> Fraction | float:
         """The noise scale: ``sensitivity / epsilon`` (Laplace, exact) or the calibrated
-        Gaussian scale (:func:`common.cohorts.gaussian.l2_scale`)."""
+        Gaussian scale (:func:`common.noise.gaussian.l2_scale`)."""
         if self.noise == "gaussian":
-            from common.cohorts.gaussian import l2_scale
+            from common.noise.gaussian import l2_scale
 
             return l2_scale(self.sensitivity, self.epsilon, self.delta)
         return Fraction(self.sensitivity) / Fraction(self.epsilon)
@@ -81,10 +81,10 @@ class Part:
         """Epsilon of the measurement :meth:`add_noise` runs, from OpenDP's own privacy map
         at ``sensitivity`` (at ``delta`` for the Gaussian)."""
         if self.noise == "gaussian":
-            from common.cohorts.gaussian import l2_epsilon
+            from common.noise.gaussian import l2_epsilon
 
             return Decimal(l2_epsilon(self.sensitivity, float(self.scale), self.delta))
-        from common.release import make_count_noise
+        from common.noise.laplace import make_count_noise
 
         meas = make_count_noise(self.sensitivity, self.epsilon)
         return Decimal(meas.map(self.sensitivity))  # type: ignore[no-untyped-call]
@@ -99,10 +99,10 @@ class Part:
     def add_noise(self, exact: ArrayLike) -> Ints:
         """One noise draw per entry, from OpenDP (call once per release)."""
         if self.noise == "gaussian":
-            from common.cohorts.gaussian import add_gaussian
+            from common.noise.gaussian import add_gaussian
 
             return add_gaussian(exact, self.sensitivity, self.epsilon, self.delta)
-        from common.release import add_discrete_laplace
+        from common.noise.laplace import add_discrete_laplace
 
         return add_discrete_laplace(np.asarray(exact, dtype=np.int64), self.sensitivity,
                                     self.epsilon)
@@ -204,7 +204,7 @@ def dpm_leaves(plan: DPMPlan, leaves: int, size: int, max_records: int | None = 
     budget = plan.budgets()
     counts = _counts("leaf counts", leaves, 1, budget.leaf_counts, max_records)
     if plan.leaf_noise == "gaussian":
-        from common.cohorts.gaussian import l2_sensitivity
+        from common.noise.gaussian import l2_sensitivity
 
         hists = _counts("leaf histograms", size, l2_sensitivity(plan.d),
                         budget.leaf_histograms, max_records, "gaussian", budget.leaf_delta)

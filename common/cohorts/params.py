@@ -151,7 +151,7 @@ class CohortParams(BaseModel):
         rounds split it, the DPM leaf round takes it whole); 0 otherwise."""
         if self.declared_n is None:
             return PrivacyBudget(self.epsilon)
-        from common.cohorts.gaussian import declared_delta
+        from common.noise.gaussian import declared_delta
 
         return PrivacyBudget(self.epsilon, declared_delta(self.declared_n))
 

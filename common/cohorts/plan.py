@@ -185,11 +185,11 @@ def split_epsilon(epsilon: Decimal | int | str, rounds: int, count_share: Decima
 
 
 def split_delta(declared_n: int, rounds: int) -> tuple[Decimal, ...]:
-    """The study's delta ``1 / (n sqrt n)`` (:func:`common.cohorts.gaussian.declared_delta`)
+    """The study's delta ``1 / (n sqrt n)`` (:func:`common.noise.gaussian.declared_delta`)
     split evenly over ``rounds`` in 1e-18 units, the first rounds taking the remainder, so
     the rounds' deltas add up to it exactly (basic composition). Raises ``ValueError`` if a
     round's share would be zero."""
-    from common.cohorts.gaussian import declared_delta  # imports OpenDP: only when used
+    from common.noise.gaussian import declared_delta  # imports OpenDP: only when used
 
     units = int(declared_delta(declared_n) / DELTA_QUANTUM)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= units:

@@ -9,7 +9,7 @@ releases cannot be used is stepped over by :meth:`~RoundProtocol.skip`) and, onc
 :meth:`~RoundProtocol.finished`, post-processes the state into the released
 :class:`~common.cohorts.model.CohortModel` (:meth:`~RoundProtocol.finish`). The number of
 rounds is at most :attr:`~RoundProtocol.rounds` (a tree may stop early). The HTTP and SQL
-shells (``coordinator.services.cohorts``, ``participant.cohorts``) are generic over this
+shells (``coordinator.services.cohorts``, ``participant.cohorts.rounds``) are generic over this
 interface; :class:`KMeansProtocol` is DP-KCCM (:mod:`common.cohorts.kmeans`).
 
 Privacy: a round releases only :meth:`~RoundProtocol.release`'s output, whose sensitivity and

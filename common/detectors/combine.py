@@ -142,7 +142,7 @@ class DetectorPlan:
         if declared_n is None:
             sd = math.sqrt(2.0) * d / float(eps_sums)
         else:
-            from common.cohorts.gaussian import histogram_scale
+            from common.noise.gaussian import histogram_scale
 
             sd = histogram_scale(d, eps_sums, split_delta(declared_n, rounds)[-1])
         size = participants * expected_records / k

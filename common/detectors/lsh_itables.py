@@ -11,7 +11,7 @@ Modes
   public bounds are given. This model is local and never released.
 - Private (``epsilon`` set): every table counts *all* records, so the vector of all tables has
   L1 sensitivity ``m``; discrete Laplace noise of scale ``m / epsilon`` (OpenDP, via
-  ``common.release.add_discrete_laplace``) is added to every cell. Public bounds are required.
+  ``common.noise.laplace.add_discrete_laplace``) is added to every cell. Public bounds are required.
   The family is derived with ``private_sample_size`` (default 16: 2 to 4 bits per table;
   under noise, few full cells beat many sparse ones, see the ablation in BENCHMARKS.md).
 - From a merged histogram (``LSHiTables.from_histogram``): how a participant scores with the
@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.hashing import LSHFamily, derive_lsh_family
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 Scoring = Literal["log", "mass"]
 PRIVATE_SAMPLE_SIZE = 16

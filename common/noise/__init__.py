@@ -1,5 +1,11 @@
-"""Distributed privacy noise (issue 11).
+"""Every privacy-noise mechanism and its calibration.
 
+- :mod:`common.noise.laplace`: discrete Laplace over count vectors and its thresholded sparse
+  form (OpenDP), the mechanism of every LSH and grid release.
+- :mod:`common.noise.gaussian`: discrete Gaussian for cohort histograms and sums (OpenDP).
+- :mod:`common.noise.gradient`: Gaussian noise of streaming gradient sums (OpenDP).
+- :mod:`common.noise.tails` and :mod:`common.noise.sum_tail`: how far honest noise can stray
+  (the poisoning bounds).
 - :mod:`common.noise.polya`: exact Pólya shares whose sum over ``h_min`` parties is discrete
   Laplace.
 - :mod:`common.noise.accounting`: ``h_min`` from the signed cohort parameters

@@ -1,7 +1,7 @@
 """Streaming mode: differentially private online active learning (Ghassemi et al., AISec 2016).
 
 - :mod:`common.online.query`: the private query rules and their true epsilon.
-- :mod:`common.online.noise`: the noisy mini-batch gradient sum (OpenDP Gaussian).
+- :mod:`common.noise.gradient`: the noisy mini-batch gradient sum (OpenDP Gaussian).
 - :mod:`common.online.learner`: projected SGD for a linear SVM with both batching schemes.
 - :mod:`common.online.accounting`: the per-record (and so per-stream) privacy charge.
 - :mod:`common.online.params`: the signed config's online section, its schedule and charge.
@@ -18,8 +18,10 @@ _HOME = {
     "centre_from_release": "learner", "centred_rows": "learner", "project_rows": "learner",
     "federated_step": "learner", "hinge_gradient": "learner", "project_ball": "learner",
     "running_mean": "learner",
-    "step_size": "learner", "GradientNoise": "noise", "gaussian_scale": "noise",
-    "make_gradient_noise": "noise", "ExponentialRule": "query", "QueryRule": "query",
+    "step_size": "learner", "GradientNoise": "common.noise.gradient",
+    "gaussian_scale": "common.noise.gradient",
+    "make_gradient_noise": "common.noise.gradient", "ExponentialRule": "query",
+    "QueryRule": "query",
     "RandomizedResponseRule": "query", "bernoulli": "query", "OnlineParams": "params",
     "to_ball": "params", "centre_batch": "schedule", "pad_queries": "schedule",
     "window_batch": "schedule",
@@ -27,11 +29,13 @@ _HOME = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import submodules on first use: OpenDP (via ``noise``) takes about a second to import,
-    and ``common.config`` needs only ``params``."""
+    """Import submodules on first use: OpenDP (via :mod:`common.noise.gradient`) takes about a
+    second to import, and ``common.config`` needs only ``params``."""
     if name not in _HOME:
         raise AttributeError(f"module 'common.online' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"common.online.{_HOME[name]}"), name)
+    home = _HOME[name]
+    module = home if "." in home else f"common.online.{home}"
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [

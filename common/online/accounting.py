@@ -23,7 +23,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget
-from common.online.noise import GradientNoise
+from common.noise.gradient import GradientNoise
 from common.online.query import QueryRule
 
 __all__ = ["ceil_budget", "record_cost", "selection_cost"]

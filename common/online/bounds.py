@@ -14,7 +14,7 @@ coordinates, whose norm exceeds :func:`common.noise.tails.gaussian_norm_tail` wi
 at most ``beta`` (default ``2**-40``). An honest release is therefore refused by mistake with
 probability below ``beta``; a release past the bound is refused before anything is stored or
 charged. The exact part carries a relative slack of ``1e-9`` for float rounding in the
-projection and the sum (as :mod:`common.online.noise` does for the sensitivity).
+projection and the sum (as :mod:`common.noise.gradient` does for the sensitivity).
 
 The ``count`` of a gradient release is the number of queried slots of the window: a function
 of the private (``epsilon_select``-DP) query decisions, post-processing, bounded by the public

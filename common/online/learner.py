@@ -36,7 +36,7 @@ from common.errors import ModelNotFinite
 from common.online.query import QueryRule, bernoulli
 
 if TYPE_CHECKING:  # OpenDP (behind the noise) takes about a second to import
-    from common.online.noise import GradientNoise
+    from common.noise.gradient import GradientNoise
 
 __all__ = [
     "OnlineConfig",

@@ -62,7 +62,7 @@ from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRu
 from common.params import omit_at_defaults
 
 if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
-    from common.online.noise import GradientNoise
+    from common.noise.gradient import GradientNoise
 
 __all__ = ["OnlineParams", "online_noise", "to_ball"]
 
@@ -206,7 +206,7 @@ def to_ball(X: NDArray[np.floating], lo: NDArray[np.floating], hi: NDArray[np.fl
 @functools.lru_cache(maxsize=16)
 def online_noise(radius: float, epsilon: float, delta: float) -> GradientNoise:
     """Memoised :func:`make_gradient_noise` (its scale search calls OpenDP a few dozen times)."""
-    from common.online.noise import make_gradient_noise
+    from common.noise.gradient import make_gradient_noise
 
     noise = make_gradient_noise(radius, epsilon, delta)
     _ = noise.scale

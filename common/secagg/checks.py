@@ -4,7 +4,7 @@ Masking hides every member's vector, so nothing checks a vector before it is sum
 member can add anything to its own (a +50,000 poke arrives as ``50,000 mod 2**k``). The sum is
 checked against the public structure of the vector (:mod:`common.secagg.vector`: the LSH
 tables, then the dense grid) before it is merged; a sum that fails is not merged and the round
-ends ``rejected`` (:mod:`coordinator.services.rounds`).
+ends ``rejected`` (:mod:`coordinator.services.secagg`).
 
 What an honest sum of ``r`` members looks like (``M = max_records``, the noise of a cell is
 ``r`` Pólya shares, ``NB(r/h_min) - NB(r/h_min)``):
@@ -19,7 +19,7 @@ What an honest sum of ``r`` members looks like (``M = max_records``, the noise o
    the others' non-negative counts plus noise). Clipping only lowers a total. Hence, calling a
    table *saturated* when a cell reaches ``M - B``: no table's total exceeds the mean of the
    other unsaturated tables' totals by more than the noise tail (its own total's noise plus
-   that mean's, :func:`common.secagg.sum_tail.polya_sum_tail`), and no unsaturated table falls
+   that mean's, :func:`common.noise.sum_tail.polya_sum_tail`), and no unsaturated table falls
    short of it by more either.
 3. **The dense grid agrees with the LSH tables**: the grid too puts every record in exactly one
    cell (out-of-range values and projections are clipped to the edge bins, never dropped), so
@@ -51,8 +51,8 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import SecureSumRejected
+from common.noise.sum_tail import polya_sum_tail
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail
-from common.secagg.sum_tail import polya_sum_tail
 from common.secagg.vector import secure_parts
 
 __all__ = ["check_secure_sum", "SumBounds", "sum_bounds"]

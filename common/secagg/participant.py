@@ -1,6 +1,6 @@
 """The participant's side of a secure aggregation round (pure: no I/O, no clock).
 
-The agent (``participant/secagg_round.py``) calls, in order: :func:`make_advert`,
+The agent (``participant/secagg/round.py``) calls, in order: :func:`make_advert`,
 :func:`check_roster`, :func:`mask_upload`, :func:`answer_unmask`, and, only if members were lost
 after masking, :func:`answer_recover`. Each check refuses what an honest participant must never
 accept: a forged or foreign signature, a message of another study / round / attempt (replay or

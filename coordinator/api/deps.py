@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from coordinator.config import Settings
+from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
-from coordinator.models import Member, Participant, Study
 from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.model_lookup import ModelReader
 from coordinator.services.participants import authenticate

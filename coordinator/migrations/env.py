@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from coordinator.models import Base
+from coordinator.db.tables import Base
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url")

@@ -36,7 +36,7 @@ from common.config import StudyConfig
 from common.encoding import EncodedCounts, decode_counts, encode_counts
 from common.merge import merge_sparse, merge_sum
 from common.schemas import ModelPublic
-from coordinator.models import AggregateSnapshot, Contribution
+from coordinator.db.tables import AggregateSnapshot, Contribution
 
 _I8 = np.dtype("<i8")
 _I4 = np.iinfo(np.int32)

@@ -47,10 +47,10 @@ from common.errors import (
     InvalidInput,
     NotFound,
 )
-from coordinator.cohort_tables import CohortRelease, CohortResult, CohortRound
-from coordinator.models import Member, Participant, Study, utcnow
-from coordinator.services import charge
-from coordinator.services.refusals import record_refusal
+from coordinator.db.cohorts import CohortRelease, CohortResult, CohortRound
+from coordinator.db.tables import Member, Participant, Study, utcnow
+from coordinator.ledger import charge
+from coordinator.ledger.refusals import record_refusal
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.cohorts")

@@ -40,12 +40,12 @@ from common.errors import (
 )
 from common.release_bounds import check_grid, check_lsh, release_bounds
 from common.schemas import ContributionCreate
-from coordinator.models import Contribution, Participant
-from coordinator.services import charge, charge_pg
+from coordinator.db.tables import Contribution, Participant
+from coordinator.ledger import charge, charge_pg
+from coordinator.ledger.charge import Stored
+from coordinator.ledger.checks import check_config, over_budget
 from coordinator.services.aggregate import decode_vector
-from coordinator.services.charge import Stored
 from coordinator.services.ingest_lookup import IngestCaller
-from coordinator.services.release_checks import check_config, over_budget
 from coordinator.services.studies import parse_config
 
 log = logging.getLogger("fedod.contributions")

@@ -7,7 +7,7 @@ its COMMIT waits for the log flush (an fsync), and one commit per contribution c
 thread takes everything pending, checks and decodes each release (same checks, errors and
 status codes as before), stores the valid ones in one transaction (:func:`store_batch`),
 commits once, and only then answers each waiting request (then, on SQLite, reports the
-payload it stored to the WAL checkpointer, ``coordinator.sqlite_checkpoint``). Durability
+payload it stored to the WAL checkpointer, ``coordinator.db.sqlite_checkpoint``). Durability
 is unchanged: a request is answered after the commit that holds its release and its charge;
 a crash before that commit loses both (the participant retries with the same key).
 
@@ -42,12 +42,12 @@ from typing import Final, TypeVar
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.db import READ
-from coordinator.services import charge, charge_pg
-from coordinator.services.charge import Stored
+from coordinator.db.engine import READ
+from coordinator.db.sqlite_checkpoint import Checkpointer
+from coordinator.ledger import charge, charge_pg
+from coordinator.ledger.charge import Stored
 from coordinator.services.contributions import Outcome, Prepared
 from coordinator.services.ingest_lookup import IngestCaller, lookup_many
-from coordinator.sqlite_checkpoint import Checkpointer
 
 REFUSED: Final = "refused"
 ALONE: Final = "alone"

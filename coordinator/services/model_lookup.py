@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, select
 
-from coordinator.models import Aggregate, Member, Participant, Study
+from coordinator.db.tables import Aggregate, Member, Participant, Study
 from coordinator.services import driver_sql
 from coordinator.services.participants import hash_token
 

@@ -27,7 +27,7 @@ arrived at). Its noisy body has reached the coordinator, so the privacy it costs
 whatever the coordinator does with it, and the participant charged the window before it drew
 the noise: the coordinator's ledger records what it observed, and both ledgers agree. A
 participant does not send one: it checks the served model before it reserves the centring
-window (``participant.stream``). (Before, the coordinator answered 409 and charged nothing,
+window (``participant.online.engine``). (Before, the coordinator answered 409 and charged nothing,
 so the two ledgers disagreed by one window.)
 
 **Poisoning bounds** (issue 25 item 3): before anything is stored or charged, the noisy sum's
@@ -76,10 +76,10 @@ from common.online.wire import (
     decode_vector,
     encode_vector,
 )
-from coordinator.models import Participant, Study, utcnow
-from coordinator.online_models import OnlineModel, OnlineRelease, new_model
-from coordinator.services import charge
-from coordinator.services.release_checks import check_config, over_budget
+from coordinator.db.online import OnlineModel, OnlineRelease, new_model
+from coordinator.db.tables import Participant, Study, utcnow
+from coordinator.ledger import charge
+from coordinator.ledger.checks import check_config, over_budget
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.online")

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.errors import Conflict, NotFound
-from coordinator.models import Participant, utcnow
+from coordinator.db.tables import Participant, utcnow
 
 
 def hash_token(token: str) -> str:

@@ -16,9 +16,9 @@ from common.errors import Conflict, InvalidInput, NotFound
 from common.noise.planning import config_noise_warning, plan_lsh_tables
 from common.schemas import StudyCreate, StudyPublic
 from common.signing import SignedConfig, sign_config
+from coordinator.db.online import new_model
+from coordinator.db.tables import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
 from coordinator.keys import KeyStore
-from coordinator.models import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
-from coordinator.online_models import new_model
 
 log = logging.getLogger("fedod.studies")
 

@@ -65,7 +65,7 @@ from common.encoding import encode_counts
 from common.schemas import ContributionCreate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import CoordinatorKit  # noqa: E402
+from coordinator_kit import CoordinatorKit  # noqa: E402
 
 bare_app = FastAPI()
 MODEL_DIR = Path(os.environ.get("BENCH_MODEL_DIR", tempfile.gettempdir()))
@@ -215,7 +215,7 @@ class Coordinator:
         self.token, self.schema, self.base_pg = secrets.token_urlsafe(32), None, None
         tmp.mkdir(parents=True, exist_ok=True)
         if db == "sqlite":
-            self.url = f"sqlite:///{tmp / 'coordinator.db'}"
+            self.url = f"sqlite:///{tmp / 'coordinator.db.engine'}"
         else:
             self.base_pg = os.environ.get(
                 "FEDOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -228,7 +228,7 @@ class Coordinator:
                "FEDOD_MAX_BODY_BYTES": str(16 * 2**20)}
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "serve", "--port", str(self.port),
+            [sys.executable, "-m", "coordinator.cli.main", "serve", "--port", str(self.port),
              "--workers", str(workers)], env=env, start_new_session=True,
             stderr=subprocess.DEVNULL)
         wait_ready(f"http://127.0.0.1:{self.port}/readyz", self.proc)
@@ -249,7 +249,7 @@ class Coordinator:
 
 def prepopulate(coord: Coordinator, study: str, n: int, cells: int) -> None:
     """Add ``n`` merged contributions of an all-zero release (one filler participant each)."""
-    from coordinator.models import (
+    from coordinator.db.tables import (
         Aggregate,
         AggregateSnapshot,
         Contribution,

@@ -69,9 +69,9 @@ def study_file(features: int) -> Path:
 
 def child(kind: str, folder: Path, features: int, workers: int, score: bool) -> dict:
     from common.config import StudyConfig
-    from participant import contribute as rel
-    from participant.data import DataSpec
-    from participant.dataset import DatasetSource
+    from participant.data.dataset import DatasetSource
+    from participant.data.reader import DataSpec
+    from participant.release import contribute as rel
 
     config = StudyConfig.model_validate_json(study_file(features).read_text())
     source = DatasetSource(folder, DataSpec.from_config(config))
@@ -88,12 +88,11 @@ def child(kind: str, folder: Path, features: int, workers: int, score: bool) -> 
     else:
         from distributed import Client
 
-        from participant import engine_dask
-
+        from participant.dask import engine as engine_dask
         t0 = time.perf_counter()
         with engine_dask.local_cluster(n_workers=workers, security=False) as cluster, \
                 Client(cluster) as client:
-            client.run(importlib.import_module, "participant.engine_dask")  # warm workers
+            client.run(importlib.import_module, "participant.dask.engine")  # warm workers
             out["startup_seconds"] = time.perf_counter() - t0
             cpu = sum(client.run(time.process_time).values())
             start = time.perf_counter()
@@ -118,8 +117,8 @@ def run_score(source, exact, config, scheduler: str | None) -> float:
     import shutil
 
     from common.detectors import GridKNN, LSHiTables
-    from participant import engine_dask
-    from participant.scoring import score_source
+    from participant.dask import engine as engine_dask
+    from participant.scoring.score import score_source
 
     detectors = {"lsh": LSHiTables.from_histogram(config.lsh_family(), exact.lsh),
                  "grid": GridKNN.from_counts(config.grid_spec(), exact.grid_dense, k=10)}

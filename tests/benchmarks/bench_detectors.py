@@ -7,7 +7,7 @@ Run from the repository root::
     .venv/bin/python tests/benchmarks/bench_detectors.py --datasets breastw cardio_dedup
 
 Prints markdown. Datasets are read from ``../shared/datasets`` (``--data`` to change).
-All privacy noise comes from OpenDP (``common.release.add_discrete_laplace``).
+All privacy noise comes from OpenDP (``common.noise.laplace.add_discrete_laplace``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common.detectors import GridKNN, LSHiTables  # noqa: E402
 from common.detectors.lsh_itables import PRIVATE_SAMPLE_SIZE, Scoring  # noqa: E402
 from common.hashing import derive_lsh_family  # noqa: E402
-from common.release import add_discrete_laplace  # noqa: E402
+from common.noise.laplace import add_discrete_laplace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 # (file, label in the paper, paper Table 2 AUC %)

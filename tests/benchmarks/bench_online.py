@@ -16,7 +16,7 @@ candidate sees the same folds and stream orders; the noise is fresh). Only then 
 streams resampled from the whole training part and scored on the test part, over
 ``--orders`` stream orders, beside the non-private online learner (every record labelled), a
 batch linear SVM (sklearn LinearSVC) on the training records, the issue's label batch sizes
-1, 2, 5, 10, 20 and an epsilon sweep 0.25..4. Noise: OpenDP (``common.online.noise``).
+1, 2, 5, 10, 20 and an epsilon sweep 0.25..4. Noise: OpenDP (``common.noise.gradient``).
 
 Feature scaling of the ODDS sets uses per-feature min/max of the whole file as a stand-in for
 a study's public bounds (a benchmark convenience; a deployment takes them from the signed

@@ -7,7 +7,7 @@ builds a global model (noisy LSH iTables with 100 tables + dense grid on 4 featu
 sample, then in *separate child processes* measures
 
 - baseline: reading the whole file into numpy arrays, chunk by chunk (no scoring);
-- scoring: ``participant.scoring.score_source`` (read, check, clip, score with both
+- scoring: ``participant.scoring.score.score_source`` (read, check, clip, score with both
   detectors, rank, write Parquet), the same path ``fedod-participant score`` runs;
 
 and prints records/s, wall times, their ratio and each child's peak RSS (``ru_maxrss``).
@@ -77,8 +77,8 @@ def child_baseline(path: Path) -> dict:
 def child_score(path: Path, features: int) -> dict:
     from common.detectors import GridKNN, LSHiTables
     from common.release import release_grid, release_lsh
-    from participant.data import DataSource, DataSpec
-    from participant.scoring import score_source
+    from participant.data.reader import DataSource, DataSpec
+    from participant.scoring.score import score_source
 
     config = study(features)
     sample = pq.ParquetFile(path).iter_batches(batch_size=20_000).__next__()

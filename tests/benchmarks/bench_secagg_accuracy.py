@@ -11,7 +11,7 @@ Prints markdown (BENCHMARKS.md, section "Secure aggregation accuracy"). In-proce
 network: the coordinator's view is modelled exactly.
 
 - independent: every participant releases its exact histogram plus its own full discrete
-  Laplace noise of scale ``m / epsilon`` (OpenDP, ``common.release.add_discrete_laplace``);
+  Laplace noise of scale ``m / epsilon`` (OpenDP, ``common.noise.laplace.add_discrete_laplace``);
   the merged model carries ``p`` noise draws per cell.
 - secure: the masked sum reveals the sum of the exact histograms plus the sum of the ``p``
   participants' Pólya shares (``common.noise.sample_noise_share``, the real sampler), each
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common.detectors.lsh_itables import cell_scores  # noqa: E402
 from common.hashing import derive_lsh_family  # noqa: E402
 from common.noise import sample_noise_share  # noqa: E402
+from common.noise.laplace import add_discrete_laplace  # noqa: E402
 from common.noise.planning import choose_tables, score_snr  # noqa: E402
-from common.release import add_discrete_laplace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 DATASETS = ["breastw", "cardio", "thyroid", "pendigits", "shuttle", "satimage-2"]

@@ -31,9 +31,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from participant.simulate import _free_port, start_coordinator  # noqa: E402
+from simulation.main import _free_port, start_coordinator  # noqa: E402
 
-EXE = [sys.executable, "-m", "participant.cli", "--no-progress"]
+EXE = [sys.executable, "-m", "participant.cli.main", "--no-progress"]
 D = 8
 WINDOW = 1000
 
@@ -156,7 +156,7 @@ def main() -> None:
         t_score = timed([*EXE, *state, "score", "bench", str(csv_path), "--id-column", "id",
                          "--output", str(work / "scores.csv")])
         prof = [sys.executable, "-m", "cProfile", "-o", str(work / "stream.prof"), "-m",
-                "participant.cli", "--no-progress"]
+                "participant.cli.main", "--no-progress"]
         lines = jsonl.read_text().splitlines(keepends=True)
         windows = -(-n // WINDOW)
         ticked = work / "ticked.jsonl"

@@ -7,7 +7,7 @@ a bare FastAPI endpoint also does), the replay digest, base64, zlib inflate, SHA
 full ``check_release``; then the whole request through the real app (TestClient, SQLite
 file or a private schema of the PostgreSQL test database) with the SQL statements it runs
 besides BEGIN, counted by an engine event (SQLite only: on PostgreSQL the hot statements run on
-the driver cursor, which the engine's events do not see; ``coordinator.services.charge_pg``
+the driver cursor, which the engine's events do not see; ``coordinator.ledger.charge_pg``
 lists them). ``--cprofile N`` prints the N functions with the
 most cumulative time in the route's work (the group-commit writer's batches).
 """
@@ -36,13 +36,14 @@ from sqlalchemy import event
 
 from common.schemas import ContributionCreate
 from coordinator.config import Settings
+from coordinator.db.tables import Base
 from coordinator.main import create_app
-from coordinator.models import Base
 from coordinator.services import group_commit
 from coordinator.services.contributions import check_release, request_digest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import CoordinatorKit, _schema_url  # noqa: E402
+from coordinator_kit import CoordinatorKit  # noqa: E402
+from coordinator_kit import schema_url as _schema_url
 
 
 def median_ms(fn, repeat: int) -> float:

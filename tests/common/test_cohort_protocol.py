@@ -15,7 +15,7 @@ from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState, KMeansProtocol
 from common.cohorts.study import protocol_for
 from common.errors import ReleaseOutOfBounds
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 LO, HI = [-4.0, 0.0, -10.0], [6.0, 2.0, 3.0]
 PARAMS = CohortParams(k=2, over=2, rounds=3, epsilon="1.5")
@@ -61,7 +61,7 @@ def test_release_noises_counts_and_sums_at_their_stated_sensitivities(monkeypatc
         calls.append((np.asarray(values).shape, sensitivity, epsilon))
         return add_discrete_laplace(values, sensitivity, epsilon)
 
-    monkeypatch.setattr("common.release.add_discrete_laplace", spy)
+    monkeypatch.setattr("common.noise.laplace.add_discrete_laplace", spy)
     exact = proto.exact(proto.start(), _data(2))
     noisy = proto.release(exact, CohortState(1, {}))
     eps_counts, eps_sums = proto.plan.budgets()[1]

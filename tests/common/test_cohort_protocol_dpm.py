@@ -17,7 +17,7 @@ from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_for
 from common.errors import ReleaseOutOfBounds
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 LO, HI = [0.0, 0.0, 0.0], [10.0, 10.0, 10.0]
 PARAMS = CohortParams(method="dpm", epsilon="2", depth=3, bins=16, dims_per_node=2)
@@ -83,7 +83,7 @@ def test_release_noises_each_round_at_its_stated_sensitivity(monkeypatch) -> Non
         calls.append((sensitivity, epsilon))
         return add_discrete_laplace(values, sensitivity, epsilon)
 
-    monkeypatch.setattr("common.release.add_discrete_laplace", spy)
+    monkeypatch.setattr("common.noise.laplace.add_discrete_laplace", spy)
     X = _parts()[0]
     state = proto.start()
     noisy = proto.release(proto.exact(state, X), state)

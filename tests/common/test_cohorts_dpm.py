@@ -23,7 +23,7 @@ from common.cohorts import (
 )
 from common.cohorts.dpm import choose_split
 from common.cohorts.dpm_plan import discrete_laplace_sd, node_dims
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 LO = np.array([-100.0, -50.0, 0.0])
 HI = np.array([100.0, 50.0, 10.0])

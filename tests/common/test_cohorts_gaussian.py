@@ -1,4 +1,4 @@
-"""Gaussian leaf histograms of the DPM tree (common.cohorts.gaussian, issue 9 item 3).
+"""Gaussian leaf histograms of the DPM tree (common.noise.gaussian, issue 9 item 3).
 
 One record moves a leaf release's histograms by 1 on one interval of each of the ``d``
 features: L2 sensitivity ``sqrt(d)``. The discrete Gaussian (OpenDP) is charged as
@@ -16,16 +16,16 @@ import pytest
 from common.budget import PrivacyBudget
 from common.cohorts import DPMPlan, leaf_statistics, release_leaves, tree_state
 from common.cohorts.dpm_plan import discrete_laplace_sd
-from common.cohorts.gaussian import (
+from common.cohorts.params import CohortParams
+from common.cohorts.study import protocol_for
+from common.config import canonical_json
+from common.noise.gaussian import (
     add_discrete_gaussian,
     declared_delta,
     gaussian_epsilon,
     histogram_scale,
     l2_sensitivity,
 )
-from common.cohorts.params import CohortParams
-from common.cohorts.study import protocol_for
-from common.config import canonical_json
 
 D = 16
 LO, HI = np.full(D, -10.0), np.full(D, 10.0)

@@ -22,7 +22,7 @@ from common.cohorts import (
     split_epsilon,
     update_centroids,
 )
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 LO = np.array([-4.0, 0.0, -10.0])
 HI = np.array([6.0, 2.0, 3.0])

@@ -17,10 +17,10 @@ from common.cohorts import (
     release_round,
     round_statistics,
 )
-from common.cohorts.gaussian import add_gaussian, declared_delta, l2_scale
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import split_delta
 from common.cohorts.study import protocol_for
+from common.noise.gaussian import add_gaussian, declared_delta, l2_scale
 
 BOX = np.full(4, -1.0), np.full(4, 1.0)
 

@@ -8,7 +8,6 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from common.cohorts.gaussian import histogram_scale
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import split_delta, split_epsilon
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
@@ -20,6 +19,7 @@ from common.detectors.combine import (
     public_weights,
     study_weights,
 )
+from common.noise.gaussian import histogram_scale
 from common.noise.planning import score_snr
 from common.secagg.params import AggregationParams
 

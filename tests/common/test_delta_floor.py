@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from test_config import grid_doc
 
-from common.cohorts.gaussian import declared_delta
 from common.cohorts.params import CohortParams
 from common.config import StudyConfig
 from common.delta_floor import MAX_RELEASE_DELTA, MIN_DECLARED_N, check_delta, min_declared_n
+from common.noise.gaussian import declared_delta
 from common.online import OnlineParams
 
 ABOVE = str(MAX_RELEASE_DELTA + Decimal("1e-18"))

@@ -19,7 +19,7 @@ from common.detectors.grid_knn import knn_grid_scores
 from common.detectors.lsh_itables import _subsample_histogram, cell_scores
 from common.grid import GridSpec
 from common.hashing import derive_lsh_family
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 DATASETS = Path(__file__).parents[3] / "shared" / "datasets"
 needs_data = pytest.mark.skipif(not DATASETS.is_dir(), reason=f"{DATASETS} not present")

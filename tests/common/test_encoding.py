@@ -25,7 +25,7 @@ from common.encoding import (
 )
 from common.errors import PayloadInvalid, PayloadTooLarge
 from common.merge import merge_sparse, merge_sum
-from common.release import add_discrete_laplace
+from common.noise.laplace import add_discrete_laplace
 
 I64 = np.iinfo(np.int64)
 int_vectors = hnp.arrays(

@@ -16,13 +16,8 @@ from common.budget import PrivacyBudget
 from common.encoding import decode_counts, encode_release
 from common.grid import GridSpec
 from common.hashing import derive_lsh_family
-from common.release import (
-    Release,
-    make_threshold_noise,
-    release_grid,
-    release_lsh,
-    threshold_delta,
-)
+from common.noise.laplace import make_count_noise, make_threshold_noise, threshold_delta
+from common.release import Release, release_grid, release_lsh
 
 ALPHA = 1e-4
 """Significance of the calibration tests: a correct sampler fails once in 10 000 runs."""
@@ -186,7 +181,7 @@ def test_release_from_accumulated_counts_checks_shape_and_carries_cost() -> None
 def test_count_noise_never_charges_less_than_the_map(epsilon: str, sensitivity: int) -> None:
     """The scale is rounded up, so OpenDP's map (rounded up itself) stays within epsilon
     exactly: no float slack between what is spent and what is charged (issue 15, low)."""
-    meas = rel.make_count_noise(sensitivity, epsilon)
+    meas = make_count_noise(sensitivity, epsilon)
     assert Decimal(meas.map(sensitivity)) <= Decimal(epsilon)
     assert Decimal(meas.map(sensitivity)) >= Decimal(epsilon) * (1 - Decimal("1e-12"))
 

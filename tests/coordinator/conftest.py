@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from coordinator_kit import ADMIN, ADMIN_TOKEN, bearer
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine
 
 from coordinator.config import Settings
+from coordinator.db.tables import Base
 from coordinator.main import create_app
-from coordinator.models import Base
-
-ADMIN_TOKEN = "admin-" + secrets.token_urlsafe(24)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path):
     """A clean database per test: a SQLite file, or freshly created tables in the PG schema."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'coordinator.db'}"
+        return f"sqlite:///{tmp_path / 'coordinator.db.engine'}"
     url = request.getfixturevalue("postgres_url")
     engine = create_engine(url)
     Base.metadata.drop_all(engine)
@@ -55,11 +53,6 @@ def client(app):
         yield c
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-ADMIN = bearer(ADMIN_TOKEN)
 
 
 @dataclass
@@ -126,7 +119,7 @@ def rng():
 def env(monkeypatch, tmp_path):
     """A coordinator deployment for admin commands: migrated SQLite in tmp_path, and the
     signing key that `serve` creates on its first start."""
-    from coordinator.cli import EXIT_OK, main
+    from coordinator.cli.main import EXIT_OK, main
     from coordinator.keys import KeyStore
 
     monkeypatch.setenv("FEDOD_DATA_DIR", str(tmp_path))

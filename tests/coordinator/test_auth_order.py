@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 
 import pytest
-from conftest import ADMIN, ADMIN_TOKEN
+from coordinator_kit import ADMIN, ADMIN_TOKEN
 
 from coordinator.api.deps import NOT_PARTICIPANT, UNAUTHENTICATED
 from coordinator.config import Settings

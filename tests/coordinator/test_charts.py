@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from coordinator.charts import Series, cumulative_series, step_chart
+from coordinator.dashboard.charts import Series, cumulative_series, step_chart
 
 T0 = datetime(2026, 11, 1, 9, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ import pytest
 
 from common.errors import SignatureInvalid
 from common.signing import SignedConfig, public_key_from_pem, verify_config
-from coordinator.cli import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, build_parser, main
+from coordinator.cli.main import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, build_parser, main
 
 
 def test_help_lists_every_command():
@@ -56,7 +56,7 @@ def test_rotate_key_resigns_every_study(env, capsys, coord_kit):
     with pytest.raises(SignatureInvalid):
         verify_config(old, new_key)
     from coordinator.config import Settings
-    from coordinator.db import make_engine, make_sessionmaker
+    from coordinator.db.engine import make_engine, make_sessionmaker
     from coordinator.services.studies import get_study, signed_config
 
     with make_sessionmaker(make_engine(Settings().resolved_database_url))() as session:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -20,8 +20,8 @@ from test_cohorts_api import _body, _protocol, cohort_study  # noqa: F401 - via 
 
 from common.cohorts.protocol import CohortState
 from common.config import StudyConfig
-from coordinator.cohort_tables import CohortRelease
-from coordinator.models import Base
+from coordinator.db.cohorts import CohortRelease
+from coordinator.db.tables import Base
 
 KINDS = {
     "kmeans": {"method": "kmeans", "k": 2, "over": 2, "rounds": 2, "epsilon": "2"},
@@ -213,7 +213,7 @@ def test_a_failed_leaf_round_ends_the_run_failed_with_its_reason(client, app, re
     """The DPM leaf round cannot be stepped over (no model without it): the run ends
     'failed', the reason is in the round's detail (API and dashboard), later releases get
     409, and nothing non-finite or partial is stored."""
-    from coordinator.cohort_dashboard import cohorts_page
+    from coordinator.dashboard.cohorts import cohorts_page
 
     config, hospitals, number, state = _at_round(client, request, "dpm leaves")
     size = _protocol(config).size(state)

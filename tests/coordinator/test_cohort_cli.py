@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from coordinator.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
+from coordinator.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
 
 
 def test_start_show_close_and_refusals(env, capsys, coord_kit):

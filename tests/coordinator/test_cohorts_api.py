@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState
@@ -87,7 +87,7 @@ def test_gaussian_leaf_round_charges_its_delta_and_a_member_without_delta_cap_is
     """DPM with Gaussian leaf histograms: only the leaf round carries delta = 1/(n sqrt n)
     for the declared n; the coordinator charges it, and refuses (409) a member whose delta
     cap is 0 at that round, after charging it nothing for it."""
-    from common.cohorts.gaussian import declared_delta
+    from common.noise.gaussian import declared_delta
 
     config, (h1, h2) = cohort_study(
         {"method": "dpm", "epsilon": "2", "depth": 2, "bins": 8, "leaf_noise": "gaussian",
@@ -166,7 +166,7 @@ def test_gaussian_kmeans_sums_charge_delta_split_over_the_rounds(client, cohort_
     """k-means with Gaussian per-cluster sums: every round carries its share of
     delta = 1/(n sqrt n) for the declared n (split evenly over the rounds); the coordinator
     accepts the rounds at that cost and both ledgers add up to (epsilon, delta) exactly."""
-    from common.cohorts.gaussian import declared_delta
+    from common.noise.gaussian import declared_delta
 
     config, (h1, h2) = cohort_study(
         {**COHORTS, "over": 4, "sum_noise": "gaussian", "declared_n": 10_000},

@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 
 from common.encoding import encode_counts
 

@@ -7,8 +7,8 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from coordinator.migrate import alembic_config
-from coordinator.models import Base
+from coordinator.db.migrate import alembic_config
+from coordinator.db.tables import Base
 
 ROWS = [(1, 1), (2, 2), (3, 1), (4, 1)]  # (contribution id = model version, participant id)
 

@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from conftest import ADMIN, ADMIN_TOKEN
+from coordinator_kit import ADMIN, ADMIN_TOKEN
 
 from common.errors import Conflict
-from coordinator import admin_session
 from coordinator.config import Settings, describe_settings_error
-from coordinator.db import check_connection_budget, make_engine, make_sessionmaker
-from coordinator.login_throttle import judge_login
+from coordinator.dashboard import session as admin_session
+from coordinator.dashboard.login_throttle import judge_login
+from coordinator.db.engine import check_connection_budget, make_engine, make_sessionmaker
 from coordinator.metrics import method_label, remove_stale_dirs
 from coordinator.reclaim import Reclaimer
 
@@ -150,7 +150,7 @@ def test_rejected_token_is_not_echoed(monkeypatch):
         Settings(admin_token=secret)
     assert secret not in describe_settings_error(info.value)
     env = {**os.environ, "FEDOD_ADMIN_TOKEN": secret, "FEDOD_ENV": "production"}
-    out = subprocess.run([sys.executable, "-m", "coordinator.cli", "serve"], env=env,
+    out = subprocess.run([sys.executable, "-m", "coordinator.cli.main", "serve"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3 and "too regular" in out.stderr
     assert secret not in out.stderr + out.stdout

@@ -12,10 +12,10 @@ import threading
 
 import httpx
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from sqlalchemy import func, select
 
-from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant
+from coordinator.db.tables import Aggregate, Contribution, LedgerEntry, Participant
 from coordinator.services import group_commit
 
 URL = "/v1/studies/s1/contributions"

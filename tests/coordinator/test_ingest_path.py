@@ -10,11 +10,11 @@ meanwhile. On both SQLite and PostgreSQL (whose write runs on the driver cursor)
 from __future__ import annotations
 
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from sqlalchemy import bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from coordinator.models import Member, utcnow
+from coordinator.db.tables import Member, utcnow
 from coordinator.services import contributions, driver_sql
 from coordinator.services.participants import revoke_participant
 from coordinator.services.studies import resign_all

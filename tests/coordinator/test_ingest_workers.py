@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from coordinator.models import Aggregate, Contribution, LedgerEntry, Participant
+from coordinator.db.tables import Aggregate, Contribution, LedgerEntry, Participant
 
 pytestmark = pytest.mark.slow
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 
-from coordinator.migrate import alembic_config
-from coordinator.services import charge
+from coordinator.db.migrate import alembic_config
+from coordinator.ledger import charge
 
 
 def test_sqlite_plans_latest_on_the_participants_own_releases(tmp_path):
-    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+    url = f"sqlite:///{tmp_path / 'coordinator.db.engine'}"
     command.upgrade(alembic_config(url), "head")
     engine = sa.create_engine(url)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import test_rounds
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg.membership import SignedMembership, sign_membership

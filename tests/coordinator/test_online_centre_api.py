@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from test_online_gradients import URL, body, create_study
 
 from common.online import OnlineParams, centre_from_release, federated_step

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 
 from common.online import OnlineParams, federated_step, running_mean
 from common.online.wire import decode_vector, encode_vector

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ADMIN, ADMIN_TOKEN
+from coordinator_kit import ADMIN, ADMIN_TOKEN
 from pydantic import ValidationError
 
-from coordinator import admin_session
 from coordinator.config import Settings
+from coordinator.dashboard import session as admin_session
 
 
 def test_health_ready_metrics_key_docs(client):
@@ -25,7 +25,7 @@ def test_health_ready_metrics_key_docs(client):
 
 
 def test_readyz_and_api_are_503_when_the_database_is_gone(client, app):
-    from coordinator.db import make_engine, make_probe_engine, make_sessionmaker
+    from coordinator.db.engine import make_engine, make_probe_engine, make_sessionmaker
 
     gone = "postgresql+psycopg://nobody@127.0.0.1:1/none"
     app.state.engine.dispose()
@@ -52,7 +52,7 @@ def test_settings_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FEDOD_MAX_BODY_BYTES", "4096")
     s = Settings()
     assert s.max_body_bytes == 4096
-    assert s.resolved_database_url == f"sqlite:///{tmp_path.resolve() / 'coordinator.db'}"
+    assert s.resolved_database_url == f"sqlite:///{tmp_path.resolve() / 'coordinator.db.engine'}"
     assert s.resolved_signing_key_path == tmp_path / "signing_key.pem"
 
 

@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cohort_bounds import _snapshot
@@ -252,7 +252,7 @@ def test_a_model_poisoned_before_the_bounds_learns_again(client, app, coord_kit,
     """A study whose weights were made NaN before this fix is served zeros and steps again."""
     from sqlalchemy.orm import Session
 
-    from coordinator.online_models import OnlineModel
+    from coordinator.db.online import OnlineModel
 
     signed = create_study(client, coord_kit, online_members, ONLINE)
     h1 = online_members[0].headers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_honest import honest_vector
 from secagg_http import Env, Hospital
@@ -229,7 +229,7 @@ def test_a_round_needs_enough_registered_members(client, make_participant, coord
 
 
 def test_dashboard_lists_each_round_attempt(client, cohort, app):
-    from coordinator.dashboard import dashboard_page
+    from coordinator.dashboard.pages import dashboard_page
 
     env, hs = cohort()
     _open(client)
@@ -276,7 +276,7 @@ def test_a_poked_cell_rejects_the_sum_and_the_next_round_merges(client, cohort, 
     revealed sum is not merged: the round ends 'rejected' with the reason in the listing and
     on the dashboard, the model stays as it was, every member is charged exactly once (their
     noise was drawn and sent), and the next honest round merges."""
-    from coordinator.dashboard import dashboard_page
+    from coordinator.dashboard.pages import dashboard_page
 
     env, hs = cohort()
     rng = np.random.default_rng(7)

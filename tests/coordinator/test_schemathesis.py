@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 import schemathesis
-from conftest import ADMIN_TOKEN
+from coordinator_kit import ADMIN_TOKEN
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.cli import EXIT_OK, EXIT_REFUSED, main
+from coordinator.cli.main import EXIT_OK, EXIT_REFUSED, main
 
 
 def test_template_reads_the_header_only_and_create_explains_placeholders(env, capsys):

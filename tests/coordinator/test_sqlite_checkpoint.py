@@ -1,4 +1,4 @@
-"""WAL checkpoints on a thread of their own (``coordinator.sqlite_checkpoint``).
+"""WAL checkpoints on a thread of their own (``coordinator.db.sqlite_checkpoint``).
 
 In WAL mode a commit leaves its pages in ``<db>-wal``; only a checkpoint copies them into the
 database file, so the file's size shows whether one ran. Waits are on the checkpoint count
@@ -11,11 +11,11 @@ import os
 import time
 
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 from sqlalchemy import text
 
-from coordinator.db import make_engine
-from coordinator.sqlite_checkpoint import BACKSTOP_PAGES, Checkpointer
+from coordinator.db.engine import make_engine
+from coordinator.db.sqlite_checkpoint import BACKSTOP_PAGES, Checkpointer
 
 ROW = "x" * 100_000
 

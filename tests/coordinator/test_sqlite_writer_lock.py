@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from coordinator.db import READ, make_engine
+from coordinator.db.engine import READ, make_engine
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_another_process_holding_the_lock_is_waited_for(url: str, tmp_path: Path
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import pathlib, time
 from sqlalchemy import text
-from coordinator.db import make_engine
+from coordinator.db.engine import make_engine
 with make_engine({url!r}).connect() as c:
     c.begin()
     c.execute(text("CREATE TABLE t (x INTEGER)"))

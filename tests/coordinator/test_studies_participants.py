@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 
 from common.signing import SignedConfig, public_key_from_pem, verify_config
 

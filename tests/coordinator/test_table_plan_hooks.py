@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from common.noise import choose_tables
-from coordinator.cli import EXIT_OK, main
+from coordinator.cli.main import EXIT_OK, main
 
 
 def _create(env, capsys, coord_kit, study_id, aggregation, lsh=None):

@@ -8,7 +8,7 @@ import hashlib
 import zlib
 
 import numpy as np
-from conftest import ADMIN
+from coordinator_kit import ADMIN
 
 from common.cellkeys import ints_from_keys, keys_from_ints
 from common.config import StudyConfig

@@ -73,16 +73,16 @@ def _volume(service: dict[str, Any], target: str) -> str:
 
 def _parser(program: str) -> Any:
     if program == "fedod-coordinator":
-        from coordinator.cli import build_parser
+        from coordinator.cli.main import build_parser
 
         return build_parser()
     if program == "fedod-participant":
-        from participant import cli
-        from participant.commands import build_parser as participant_parser
+        from participant.cli.commands import build_parser as participant_parser
+        from participant.cli.main import main as cli
 
         return participant_parser(cli.__doc__ or "")
     if program == "fedod-simulate":
-        from participant.simulate import build_parser as simulate_parser
+        from simulation.main import build_parser as simulate_parser
 
         return simulate_parser()
     raise AssertionError(f"{program} is not a fedod command")

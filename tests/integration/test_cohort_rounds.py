@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from participant.cohort_columns import MODEL_FILE
+from participant.cohorts.columns import MODEL_FILE
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]
@@ -179,7 +179,7 @@ def test_a_dpm_tree_through_real_processes_prints_rules(participant_coordinator,
     # dh0 crashed earlier between reserving round 1 and storing its vector: the reservation
     # is still 'intended'; the round is drawn under that one charge (the exact-ledger check)
     from common.budget import PrivacyBudget
-    from participant.ledger import Ledger
+    from participant.release.ledger import Ledger
     from participant.state import StateDir
 
     with Ledger(StateDir(states["dh0"]).ledger_path) as ledger:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from common.budget import PrivacyBudget
 from common.encoding import EncodedCounts, decode_counts
-from coordinator.models import Contribution, LedgerEntry, Participant
+from coordinator.db.tables import Contribution, LedgerEntry, Participant
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -26,12 +26,12 @@ from distributed import Client, WorkerPlugin
 
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.detectors import GridKNN, LSHiTables
-from participant import contribute as rel
 from participant.agent import Agent, DataOptions
-from participant.data import DataSpec
-from participant.dataset import open_source
-from participant.engine_dask import local_cluster, score_dataset
-from participant.scoring import score_source
+from participant.dask.engine import local_cluster, score_dataset
+from participant.data.dataset import open_source
+from participant.data.reader import DataSpec
+from participant.release import contribute as rel
+from participant.scoring.score import score_source
 
 FEATURES = [{"name": n, "lo": -4.0, "hi": 4.0} for n in ("x", "y", "z", "w")]
 

@@ -13,7 +13,7 @@ from common.config import StudyConfig
 from common.errors import ConfigDowngrade, ConfigError, ConfigExpired, SignatureInvalid
 from common.signing import SignedConfig, generate_key, key_fingerprint, sign_config
 from participant.agent import Agent, DataOptions
-from participant.cli import exit_code
+from participant.cli.main import exit_code
 
 FEATURES = [{"name": n, "lo": 0.0, "hi": 1.0} for n in ("a", "b")]
 

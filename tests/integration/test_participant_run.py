@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_http import certify_states
 from test_participant_flow import EXE, FEATURES, SLOT_ENV, new_study, run_cli, write_data
 
-from participant.consortium import raw_key
+from participant.cli.consortium import raw_key
 
 
 def test_run_releases_once_and_rerun_pays_nothing(participant_coordinator, tmp_path: Path):

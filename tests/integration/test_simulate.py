@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
-from coordinator.models import Contribution, LedgerEntry, Participant
+from coordinator.db.tables import Contribution, LedgerEntry, Participant
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def simulation(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
         [
             sys.executable,
             "-m",
-            "participant.simulate",
+            "simulation.main",
             "--json",
             "--workdir",
             str(workdir),
@@ -66,7 +66,7 @@ def test_table_has_every_hospital_with_finite_aucs(simulation: tuple[dict, Path]
 
 def test_epsilon_matches_coordinator_ledger(simulation: tuple[dict, Path]) -> None:
     result, workdir = simulation
-    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db'}")
+    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db.engine'}")
     with Session(engine) as s:
         for row in result["hospitals"]:
             p = s.scalars(select(Participant).where(Participant.name == row["hospital"])).one()
@@ -91,7 +91,8 @@ def test_epsilon_matches_each_local_ledger(simulation: tuple[dict, Path]) -> Non
     for row in result["hospitals"]:
         state = workdir / row["hospital"] / "state"
         out = subprocess.run(
-            [sys.executable, "-m", "participant.cli", "--state", str(state), "--json", "ledger"],
+            [sys.executable, "-m", "participant.cli.main", "--state", str(state), "--json",
+             "ledger"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -106,11 +107,11 @@ def test_secure_simulation_reveals_one_sum_over_every_hospital(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Five hospitals default to secure aggregation: one round, one sum, one charge each."""
-    from coordinator.round_models import Round
+    from coordinator.db.secagg import Round
 
     workdir = tmp_path_factory.mktemp("sim-secure")
     out = subprocess.run(
-        [sys.executable, "-m", "participant.simulate", "--json", "--workdir", str(workdir),
+        [sys.executable, "-m", "simulation.main", "--json", "--workdir", str(workdir),
          "--epsilon", "1", "--hospitals", "5"],
         capture_output=True, text=True, timeout=600, check=False,
     )
@@ -122,7 +123,7 @@ def test_secure_simulation_reveals_one_sum_over_every_hospital(
     for r in rows:
         assert 0 <= r["auc_federated"] <= 100 and math.isnan(r["auc_federated_grid"])
         assert Decimal(r["epsilon_spent"]) == Decimal("1")
-    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db'}")
+    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db.engine'}")
     with Session(engine) as s:
         rounds = s.scalars(select(Round)).all()
         assert [(r.number, r.attempt, r.status) for r in rounds] == [(1, 1, "done")]

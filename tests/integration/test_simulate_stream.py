@@ -17,7 +17,7 @@ def test_simulate_stream_prints_one_row_per_window_and_the_charges(tmp_path, cen
     """Centred (the default): window 0 is the centring window, so round 1 queries nothing
     and takes no step, round 2 takes one; ``--no-centre``: one step per round."""
     done = subprocess.run(
-        [sys.executable, "-m", "participant.simulate", "--stream", "--hospitals", "2",
+        [sys.executable, "-m", "simulation.main", "--stream", "--hospitals", "2",
          "--stream-records", "300", "--chunks", "2", "--query-p", "0.2", "--epsilon", "1",
          "--workdir", str(tmp_path), *([] if centre else ["--no-centre"])],
         capture_output=True, text=True, timeout=900)

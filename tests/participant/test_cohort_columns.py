@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.cohorts.model import CohortModel, Condition
-from participant.cohort_columns import Cohorts
-from participant.data import DataSource, DataSpec
-from participant.scoring import score_source
+from participant.cohorts.columns import Cohorts
+from participant.data.reader import DataSource, DataSpec
+from participant.scoring.score import score_source
 
 CENTRES = np.array([[1.0, 1.0], [9.0, 9.0]])
 RULES = ((Condition(0, 5.0, False),), (Condition(0, 5.0, True),))
@@ -54,7 +54,7 @@ def test_without_a_cohort_model_the_file_is_unchanged(tmp_path, data):
 
 def test_dask_partition_scores_carry_the_same_columns(data):
     pytest.importorskip("distributed")
-    from participant.engine_dask import partition_scores
+    from participant.dask.engine import partition_scores
 
     path, _, spec = data
     model = CohortModel(CENTRES, [30.0, 20.0], np.zeros(2), np.full(2, 10.0), RULES)

@@ -19,8 +19,8 @@ from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_of
 from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import ConfigError, ReleaseOutOfBounds
-from participant import cohorts as part
 from participant.agent import Agent, DataOptions
+from participant.cohorts import rounds as part
 from participant.state import Enrolment
 
 DEPTH = 3
@@ -88,7 +88,7 @@ def test_nothing_is_charged_read_or_drawn_for_a_forged_level(name, tmp_path,
     def no_noise(*_: object) -> None:
         raise AssertionError("noise was drawn")
 
-    monkeypatch.setattr("common.release.add_discrete_laplace", no_noise)
+    monkeypatch.setattr("common.noise.laplace.add_discrete_laplace", no_noise)
     config = _config(dims_per_node=2)
     agent = Agent(tmp_path / "state")
     enrolment = Enrolment("http://coord.test", "tok", "fp", epsilon_cap="10",
@@ -136,8 +136,8 @@ def test_the_ledger_charges_exactly_what_the_noise_was_calibrated_for(case, tmp_
                                                                       monkeypatch) -> None:
     """Through the participant's own draw at every valid round: the (epsilon, delta) each
     noise call was calibrated for adds up to the ledger's charge for that round."""
-    from common.cohorts import gaussian
-    from common.release import add_discrete_laplace
+    from common.noise import gaussian
+    from common.noise.laplace import add_discrete_laplace
 
     calls: list[PrivacyBudget] = []
 
@@ -151,7 +151,7 @@ def test_the_ledger_charges_exactly_what_the_noise_was_calibrated_for(case, tmp_
         calls.append(PrivacyBudget(epsilon, delta))
         return real_gaussian(values, l2, epsilon, delta)
 
-    monkeypatch.setattr("common.release.add_discrete_laplace", laplace)
+    monkeypatch.setattr("common.noise.laplace.add_discrete_laplace", laplace)
     monkeypatch.setattr(gaussian, "add_gaussian", gauss)
     monkeypatch.setattr(Agent, "_check_coordinator_budget", staticmethod(lambda *_: None))
     config = CASES[case]

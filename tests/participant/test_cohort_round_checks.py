@@ -10,7 +10,7 @@ from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_for
 from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import BudgetExceeded, ConfigError
-from participant.cohorts import _check_round
+from participant.cohorts.rounds import _check_round
 
 CONFIG = new_study_config(
     "s", [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(2)],
@@ -68,8 +68,8 @@ def test_adaptive_round_the_local_cap_cannot_pay_is_refused_before_noise(tmp_pat
                                                                           monkeypatch) -> None:
     """Rounds of 0.25, 0.5, 0.75 (adaptive, epsilon 1.5 over 3): with 0.75 spent, a cap of
     1.25 would pay an even round (0.5) but not the adaptive last round; nothing is drawn."""
-    from participant import cohorts as part
     from participant.agent import Agent, DataOptions
+    from participant.cohorts import rounds as part
     from participant.state import Enrolment
 
     config = new_study_config(
@@ -84,7 +84,7 @@ def test_adaptive_round_the_local_cap_cannot_pay_is_refused_before_noise(tmp_pat
     def no_noise(*_: object) -> None:
         raise AssertionError("noise was drawn")
 
-    monkeypatch.setattr("common.release.add_discrete_laplace", no_noise)
+    monkeypatch.setattr("common.noise.laplace.add_discrete_laplace", no_noise)
     agent = Agent(tmp_path / "state")
     enrolment = Enrolment("http://coord.test", "tok", "fp", epsilon_cap="1.25",
                           max_release_epsilon="1")

@@ -16,11 +16,11 @@ from common.encoding import EncodedCounts, decode_counts
 from common.errors import BudgetExceeded, CoordinatorUnavailable, SchemaMismatch
 from common.merge import merge_sparse
 from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
-from participant import contribute as rel
 from participant.agent import Agent, DataOptions
-from participant.cli import exit_code
+from participant.cli.main import exit_code
 from participant.client import CoordinatorRefused
-from participant.data import DataSource, DataSpec
+from participant.data.reader import DataSource, DataSpec
+from participant.release import contribute as rel
 
 FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]
 
@@ -232,7 +232,7 @@ def test_enrol_refuses_a_coordinator_that_is_not_an_http_url(tmp_path, url):
 
 
 def test_status_exits_non_zero_when_the_coordinator_cannot_be_asked(tmp_path, capsys):
-    from participant.cli import main
+    from participant.cli.main import main
 
     fake = FakeCoordinator()
     agent_for(fake, tmp_path)  # enrolled with http://coord.test, which does not resolve here

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.errors import SchemaMismatch
-from participant.data import DataSource, DataSpec, load_all
+from participant.data.reader import DataSource, DataSpec, load_all
 
 SPEC = DataSpec(("x", "y"), np.array([0.0, 0.0]), np.array([10.0, 10.0]))
 
@@ -106,7 +106,7 @@ def test_unknown_format_or_missing_file(tmp_path, name):
      (-0.0042, 7e-05, (-0.005, 7e-05)), (12.5, 1234.0, (10.0, 2000.0))],
 )
 def test_exported_public_bounds_are_round_numbers(lo, hi, expected):
-    from participant.demo_data import study_bounds
+    from simulation.demo_data import study_bounds
 
     (got,) = study_bounds(np.array([[lo], [hi]]))
     assert got == expected

@@ -3,7 +3,7 @@
 ``enrol --max-release-delta`` (default 1e-4, the largest delta any valid config may spend in
 one release) is stored with the enrolment; every release kind refuses a config spending more
 delta in one release before it reads a record or charges anything, through
-``participant.policy.check_ceiling`` with ``Enrolment.ceiling``.
+``participant.release.policy.check_ceiling`` with ``Enrolment.ceiling``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from common.config import GridParams
 from common.errors import BudgetExceeded
 from common.online import OnlineParams
 from common.signing import key_fingerprint
-from participant import policy
 from participant.agent import Agent, DataOptions
+from participant.release import policy
 from participant.state import DEFAULT_MAX_RELEASE_DELTA, Enrolment, StateDir
 
 SPARSE = GridParams(bins=100, cell_limit=100)  # more cells than cell_limit: sparse

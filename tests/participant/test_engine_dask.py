@@ -14,11 +14,12 @@ from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_conf
 from common.detectors import GridKNN, LSHiTables
 from common.detectors.combine import combine, shares
 from common.errors import SchemaMismatch
-from participant import contribute as rel
-from participant import dask_ranks, engine_dask
-from participant.data import DataSource, DataSpec
-from participant.dataset import DatasetSource, dataset_files, open_source
-from participant.scoring import score_source
+from participant.dask import engine as engine_dask
+from participant.dask import ranks as dask_ranks
+from participant.data.dataset import DatasetSource, dataset_files, open_source
+from participant.data.reader import DataSource, DataSpec
+from participant.release import contribute as rel
+from participant.scoring.score import score_source
 
 FEATURES = ("a", "b", "c")
 
@@ -136,7 +137,7 @@ def test_scores_equal_the_in_process_scores(tmp_path, scheduler, bucket_rows):
 
 
 def test_scheduler_without_the_dask_engine_is_a_usage_error(tmp_path, capsys):
-    from participant.cli import main
+    from participant.cli.main import main
 
     code = main(["--state", str(tmp_path / "state"), "check-data", "s", str(tmp_path / "d.csv"),
                  "--scheduler", "tls://10.0.0.5:8786"])
@@ -163,7 +164,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path):
 def test_a_cohort_rounds_exact_vector_on_dask_equals_in_process(tmp_path, scheduler):
     from common.cohorts.params import CohortParams
     from common.cohorts.study import protocol_for
-    from participant.cohort_dask import exact_vector
+    from participant.dask.cohorts import exact_vector
 
     folder = write_dataset(tmp_path / "ds")
     config = config_for("dense")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
-from participant.ledger import Ledger
+from participant.release.ledger import Ledger
 from participant.state import Enrolment, StateDir, write_private
 
 

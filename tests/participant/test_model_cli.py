@@ -18,10 +18,10 @@ from common.errors import (
     PayloadInvalid,
     SchemaMismatch,
 )
-from participant.cli import exit_code, main
+from participant.cli.main import exit_code, main
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.model import fetch_model, model_detectors
 from participant.progress import Progress
+from participant.scoring.model import fetch_model, model_detectors
 from participant.state import StateDir
 
 CONFIG = new_study_config("s1", [FeatureSpec(name="a", lo=0.0, hi=1.0)],
@@ -111,7 +111,7 @@ def test_progress_writes_one_rewritten_line_to_the_stream():
 
 
 def test_a_credential_starting_with_a_dash_parses_as_token_equals():
-    from participant.parser import build_parser
+    from participant.cli.parser import build_parser
 
     args = build_parser("").parse_args(["enrol", "--coordinator", "http://c", "--fingerprint",
                                         "sha256:x", "--token=-abc_", "--epsilon-cap", "1"])

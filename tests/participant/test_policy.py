@@ -20,11 +20,11 @@ from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_conf
 from common.encoding import EncodedCounts, decode_counts
 from common.errors import BudgetExceeded, SchemaMismatch
 from common.signing import sign_config
-from participant import contribute as rel
 from participant import state as state_mod
 from participant.agent import Agent, DataOptions
-from participant.cli import exit_code
-from participant.policy import SchemaNotApproved, keep_first_rows, send_schedule
+from participant.cli.main import exit_code
+from participant.release import contribute as rel
+from participant.release.policy import SchemaNotApproved, keep_first_rows, send_schedule
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from participant.data import DataSource, DataSpec
-from participant.scoring import average_ranks, combine, flag_count, score_source
+from participant.data.reader import DataSource, DataSpec
+from participant.scoring.score import average_ranks, combine, flag_count, score_source
 
 
 class SumDetector:
@@ -79,7 +79,7 @@ def test_scoring_does_not_import_scipy():
     import subprocess
     import sys
 
-    code = "import sys, participant.scoring; print('scipy' in sys.modules)"
+    code = "import sys, participant.scoring.score; print('scipy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from participant.stream_io import RecordParser, parse_label
+from participant.online.io import RecordParser, parse_label
 
 
 def test_json_lines_and_csv_records_with_ids_or_positions() -> None:
@@ -29,7 +29,7 @@ def test_labels() -> None:
 def test_ticks_are_read_and_deadlines_interleave_with_records() -> None:
     import threading
 
-    from participant.stream_io import Tick, until_deadlines
+    from participant.online.io import Tick, until_deadlines
 
     p = RecordParser(["a"], "id")
     assert p.parse('{"tick": 7}') == Tick(7)

@@ -19,9 +19,9 @@ from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.online import OnlineParams
 from common.online.wire import encode_vector
 from participant.client import CoordinatorBudget, CoordinatorRefused
-from participant.ledger import Ledger
-from participant.stream import StreamCapReached, StreamConfigChanged, Streamer
-from participant.stream_store import StreamStore
+from participant.online.engine import StreamCapReached, StreamConfigChanged, Streamer
+from participant.online.store import StreamStore
+from participant.release.ledger import Ledger
 
 FEATURES = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b")]
 SLOTS, P = 20, 0.5

@@ -162,7 +162,7 @@ def write_data(path: Path, target: bool) -> None:
 
 DRIVER = """
 import contextlib, io, json, sys
-from participant.cli import main
+from participant.cli.main import main
 for line in sys.stdin:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -175,7 +175,7 @@ for line in sys.stdin:
 
 
 class Participant:
-    """One real participant process (``participant.cli.main`` driven over a pipe, so the
+    """One real participant process (``participant.cli.main.main`` driven over a pipe, so the
     imports are paid once); each command is a full CLI invocation inside it."""
 
     def __init__(self, root: Path, name: str, target: bool, coordinator: AdversaryCoordinator):
@@ -232,7 +232,7 @@ def adversary(tmp_path):
 def run_both(coordinator, pair, study, flags):
     """Run both participants on the current config at once; return what each run showed."""
     for participant in pair.values():
-        participant.contribute(study, flags)
+        participant.release.contribute(study, flags)
     return {k: (*p.receive(), coordinator.seen.get(f"Bearer {k}", Seen()))
             for k, p in pair.items()}
 
@@ -279,7 +279,7 @@ def test_what_the_coordinator_sees_does_not_depend_on_the_target(adversary):
     assert codes["with"] == codes["without"]  # even the local outcomes agree
     posts = sum(released for *_x, released in SEQUENCE)
     for participant in pair.values():  # every release started was charged, once per POST
-        ledger = participant.ledger()
+        ledger = participant.release.ledger()
         assert len(ledger["entries"]) == posts
         assert all(e["status"] == "acknowledged" for e in ledger["entries"])
         charged = sum(float(e["epsilon"]) for e in ledger["entries"])

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from common.cohorts.params import CohortParams
 from common.cohorts.study import protocol_of
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
-from participant import cohorts as cohort_release
-from participant import contribute as rel
-from participant import engine_dask
 from participant.agent import DataOptions
-from participant.data import WRONG_FIELDS
-from participant.stream_io import RecordParser, read_lines
+from participant.cohorts import rounds as cohort_release
+from participant.dask import engine as engine_dask
+from participant.data.reader import WRONG_FIELDS
+from participant.online.io import RecordParser, read_lines
+from participant.release import contribute as rel
 
 FEATURES = ("a", "b", "c")
 GOOD_ROW = b"5.5,2.25,9.0"
@@ -119,7 +119,7 @@ def _check_histograms(tmp_path, config, bad: bytes, scheduler=None):
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
 def test_lsh_and_grid_release_ignore_one_malformed_row(tmp_path, layout, bad):
     """Independent LSH with a dense or sparse grid, and the secure vector (the same dense
-    ExactCounts, through the same reading path, participant.secagg_round)."""
+    ExactCounts, through the same reading path, participant.secagg.round)."""
     _check_histograms(tmp_path, _config(layout), bad)
 
 

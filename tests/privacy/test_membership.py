@@ -1,7 +1,7 @@
 """A coordinator that invents members, and a secure round's transcript (issue 25, items 1, 2).
 
 The participant (a real :class:`participant.agent.Agent`, driven by
-:func:`participant.secagg_round.run_secure_round`) talks to a coordinator played here over
+:func:`participant.secagg.round.run_secure_round`) talks to a coordinator played here over
 ``httpx.MockTransport``; the other members are played with the pure protocol functions. Time
 is an injected clock that only ``sleep`` moves: nothing depends on wall-clock timing.
 """
@@ -24,9 +24,9 @@ from common.secagg.params import AggregationParams
 from common.secagg.schemas import RoundState
 from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant.agent import Agent, DataOptions
-from participant.commands import pin_consortium_key
-from participant.consortium import certify, raw_key
-from participant.secagg_round import run_secure_round
+from participant.cli.commands import pin_consortium_key
+from participant.cli.consortium import certify, raw_key
+from participant.secagg.round import run_secure_round
 
 FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]
 PEERS = ("h1", "h2", "h3")

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from common.schemas import BudgetPublic
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, SessionDep
-from coordinator.services.ledger import all_budgets
+from coordinator.ledger.views import all_budgets
 
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=AuthFirstRoute)
 

@@ -10,7 +10,7 @@ from common.cohorts.schemas import CohortReleaseCreate, CohortRoundPublic, Cohor
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, CurrentParticipant, SessionDep, StudyMember, StudyReader
 from coordinator.services import cohorts
-from coordinator.services.cohort_views import cohorts_public, round_public
+from coordinator.services.cohorts_views import cohorts_public, round_public
 
 router = APIRouter(tags=["cohorts"], route_class=AuthFirstRoute)
 RoundNumber = Annotated[int, Path(ge=1, le=1000, description="Round number, 1 to T.")]

@@ -15,14 +15,14 @@ from common.schemas import ContributionCreate, ContributionPublic
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import Credentials, ingest_token, member_or_admin
 from coordinator.config import Settings
+from coordinator.db.tables import Contribution
+from coordinator.ledger.charge import Stored
+from coordinator.ledger.refusals import record_refusal
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
-from coordinator.models import Contribution
 from coordinator.services import contributions
-from coordinator.services.charge import Stored
 from coordinator.services.contributions import Outcome, Prepared
 from coordinator.services.group_commit import ALONE, writer_of
 from coordinator.services.ingest_lookup import IngestCaller
-from coordinator.services.refusals import record_refusal
 
 log = logging.getLogger("fedod.contributions")
 T = TypeVar("T")

@@ -10,10 +10,16 @@ from fastapi import APIRouter, Cookie, Form, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from common.errors import NotFound
-from coordinator import admin_session
 from coordinator.api.deps import KeysDep, SessionDep, SettingsDep, is_admin_token
-from coordinator.dashboard import dashboard_page, login_page, page, participant_page, study_page
-from coordinator.login_throttle import judge_login
+from coordinator.dashboard import session as admin_session
+from coordinator.dashboard.login_throttle import judge_login
+from coordinator.dashboard.pages import (
+    dashboard_page,
+    login_page,
+    page,
+    participant_page,
+    study_page,
+)
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -84,7 +90,7 @@ def study_cohorts(
     cookie: SessionCookie = None,
 ) -> Response:
     """One study's cohort rounds and its released cohorts."""
-    from coordinator.cohort_dashboard import cohorts_page
+    from coordinator.dashboard.cohorts import cohorts_page
 
     return _detail(lambda: cohorts_page(session, keys.key_id(), study_id), session, settings,
                    cookie)

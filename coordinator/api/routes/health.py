@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.responses import JSONResponse
 
 from coordinator.api.deps import Credentials, SettingsDep, is_admin_token
-from coordinator.db import ping
+from coordinator.db.engine import ping
 from coordinator.metrics import render
 
 router = APIRouter(tags=["operations"])

@@ -14,9 +14,9 @@ from common.schemas import (
 )
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, CurrentParticipant, SessionDep
-from coordinator.models import Participant
+from coordinator.db.tables import Participant
+from coordinator.ledger.views import budget_of
 from coordinator.services import participants
-from coordinator.services.ledger import budget_of
 
 router = APIRouter(tags=["participants"], route_class=AuthFirstRoute)
 

@@ -1,0 +1,162 @@
+"""Secure aggregation rounds: identity keys, round messages, admin control (thin routes)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+
+from common.secagg.membership import SignedMembership
+from common.secagg.messages import SignedMessage
+from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
+from common.secagg.wire import OCTET_STREAM
+from coordinator.api.auth_route import AuthFirstRoute
+from coordinator.api.deps import (
+    AdminDep,
+    CurrentParticipant,
+    KeysDep,
+    SessionDep,
+    StudyMember,
+    StudyReader,
+)
+from coordinator.services import secagg as rounds
+from coordinator.services import secagg_store as round_store
+from coordinator.services import secagg_views as round_views
+
+router = APIRouter(tags=["rounds"], route_class=AuthFirstRoute)
+
+
+@router.post(
+    "/me/identity-key",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"description": "the same key was already registered"}},
+)
+def register_identity_key(
+    body: IdentityKeyCreate,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    keys: KeysDep,
+    response: Response,
+) -> IdentityKeyCreate:
+    """Register this participant's long-term Ed25519 identity key with a proof that it holds
+    it (once; 422 bad proof; 409 another key, or a key another participant registered)."""
+    if not round_store.register_identity(session, participant, body, keys.key_id()):
+        response.status_code = status.HTTP_200_OK
+    return body
+
+
+@router.put("/studies/{study_id}/membership")
+def put_membership(
+    body: SignedMembership, study: StudyReader, session: SessionDep, _: AdminDep
+) -> SignedMembership:
+    """Store the consortium-signed membership certificate of a secure study (admin; members
+    verify its signature under the consortium key they pinned, the coordinator cannot sign)."""
+    params = rounds.secure_params(study)[1]
+    round_store.save_membership(session, study.id, params, body)
+    return body
+
+
+@router.get("/studies/{study_id}/membership")
+def get_membership(study: StudyMember, session: SessionDep) -> SignedMembership:
+    """The study's membership certificate as uploaded (404 before one is)."""
+    signed = round_store.membership(session, study.id)
+    if signed is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no membership certificate uploaded")
+    return signed
+
+
+@router.post("/studies/{study_id}/rounds", status_code=status.HTTP_201_CREATED)
+def open_round(study: StudyReader, session: SessionDep, _: AdminDep) -> RoundPublic:
+    """Open the next release round of a secure study (admin)."""
+    return round_views.round_public(session, rounds.open_round(session, study))
+
+
+@router.get("/studies/{study_id}/rounds")
+def list_rounds(study: StudyReader, session: SessionDep) -> list[RoundPublic]:
+    """Every attempt of every round of the study: cohort, survivors, status."""
+    return [round_views.round_public(session, r) for r in rounds.list_rounds(session, study.id)]
+
+
+@router.get("/studies/{study_id}/rounds/current")
+def current_round(
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    keys: KeysDep,
+    known_roster: Annotated[
+        str | None,
+        Query(
+            pattern=r"^[0-9a-f]{64}$",
+            description="Digest of the roster the caller already holds: it is then left out.",
+        ),
+    ] = None,
+) -> RoundState:
+    """The current attempt, with the roster, unmask request and shares sealed for the caller."""
+    return round_views.round_state(session, keys, study, participant, known_roster)
+
+
+@router.post("/studies/{study_id}/rounds/{number}/advance")
+def advance_round(
+    number: int, study: StudyReader, session: SessionDep, keys: KeysDep, _: AdminDep
+) -> RoundPublic:
+    """Declare members that have not acted lost: publish, restart without them, or finish."""
+    return round_views.round_public(session, rounds.advance(session, keys, study, number))
+
+
+@router.post("/studies/{study_id}/rounds/{number}/shares")
+def post_round_shares(
+    number: int,
+    body: SignedMessage,
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    keys: KeysDep,
+) -> RoundPublic:
+    """Recover phase only: the shares the caller holds of the seeds of members lost after
+    masking (signed JSON; refused unless the caller answered this attempt's unmask request)."""
+    rnd = rounds.post_message(session, keys, study, participant, number, "shares", body)
+    return round_views.round_public(session, rnd)
+
+
+async def frame_body(request: Request) -> bytes:
+    """The raw request body of a frame; 415 unless it is sent as application/octet-stream."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != OCTET_STREAM:
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"a round message is a binary frame: send it as {OCTET_STREAM}",
+        )
+    return await request.body()
+
+
+FRAME_DOC = {
+    "requestBody": {
+        "required": True,
+        "description": "A binary frame (common/secagg/wire.py): kind (1 byte), round (8, "
+        "little-endian), attempt (2), body, Ed25519 signature (64) over a context that also "
+        "binds study, sender and (masked, unmask) the roster digest. Bodies: keys = X25519 key "
+        "(32) + SHA-256 of the self-mask seed (32); masked = words packed to k bits + one "
+        "32-byte sealed share per other roster member (roster order) + the 64-byte roster "
+        "acknowledgement (common.secagg.wire.sign_ack); unmask = the 16-byte "
+        "self-mask seed. Each length is exact: a truncated or padded frame is 422, a longer "
+        "one 413, a tampered one 422, one of another round or attempt 409.",
+        "content": {OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.post("/studies/{study_id}/rounds/{number}/{step}", openapi_extra=FRAME_DOC)
+def post_round_message(
+    number: int,
+    step: Literal["keys", "masked", "unmask"],
+    study: StudyMember,
+    participant: CurrentParticipant,
+    session: SessionDep,
+    keys: KeysDep,
+    frame: Annotated[bytes, Depends(frame_body)],
+) -> RoundPublic:
+    """A member's signed frame: ``keys`` (this attempt's X25519 key), ``masked`` (the masked
+    vector and its sealed seed shares; charges the release to its ledger), ``unmask`` (its own
+    self-mask seed)."""
+    rnd = rounds.post_message(session, keys, study, participant, number, step, frame)
+    return round_views.round_public(session, rnd)

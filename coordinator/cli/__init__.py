@@ -1,0 +1,3 @@
+"""``fedod-coordinator``: the server command and the administrative commands on the deployment's
+database.
+"""

@@ -1,0 +1,72 @@
+"""The dashboard's cohorts page of a study: rounds, contributors and the released cohorts."""
+
+from __future__ import annotations
+
+from html import escape
+
+from sqlalchemy.orm import Session
+
+from common.budget import plain_decimal as fmt
+from common.cohorts.model import CohortModel
+from common.errors import NotFound
+from coordinator.dashboard.pages import _header, _table, page
+from coordinator.db.tables import Study
+from coordinator.services import cohorts
+
+
+def _round_rows(session: Session, study_id: str) -> list[str]:
+    rows = []
+    for rnd in cohorts.rounds_of(session, study_id):
+        sent = cohorts.senders(session, study_id, rnd.number)
+        waiting = sorted(set(cohorts.expected(rnd)) - set(sent))
+        rows.append(
+            f'<tr data-round="{rnd.number}"><td class="num">{rnd.number}</td>'
+            f"<td>{escape(rnd.status)}</td>"
+            f'<td class="num" data-field="expected">{len(cohorts.expected(rnd))}</td>'
+            f'<td class="num" data-field="sent">{len(sent)}</td>'
+            f"<td>{escape(', '.join(waiting) or '-')}</td>"
+            f"<td>{escape(rnd.detail or '')}</td></tr>")
+    return rows
+
+
+def _cohort_rows(model: CohortModel, names: list[str]) -> list[str]:
+    rows = []
+    for i in sorted(range(model.k), key=lambda c: -float(model.masses[c])):
+        centre = ", ".join(f"{escape(n)} {v:.4g}"
+                           for n, v in zip(names, model.centroids[i], strict=True))
+        rule = escape(model.describe(i, names)) if model.rules else "nearest centre"
+        rows.append(f'<tr data-cohort="{i}"><td class="num">{i}</td>'
+                    f'<td class="num" data-field="size">{float(model.masses[i]):.0f}</td>'
+                    f"<td>{centre}</td><td>{rule}</td></tr>")
+    return rows
+
+
+def cohorts_page(session: Session, key_id: str, study_id: str) -> str:
+    """Method and budget split, one row per round (expected, sent, waiting for), and the
+    released cohorts (noisy sizes, centres in feature units) once the run is done."""
+    study = session.get(Study, study_id)
+    if study is None:
+        raise NotFound(f"no study {study_id!r}")
+    config, params, protocol = cohorts.cohort_setup(study)
+    result = cohorts.result_of(session, study_id)
+    rounds = _round_rows(session, study_id)
+    last = cohorts.rounds_of(session, study_id)[-1] if rounds else None
+    status = ("done" if result else "not started" if last is None
+              else "failed (the last round says why)" if last.status == "failed"
+              else f"round {len(rounds)} open")
+    first = protocol.cost(protocol.start()).epsilon
+    facts = (f"<p>{escape(params.describe())} (at most {protocol.rounds} rounds); each "
+             f"participant spends at most ε "
+             f"{fmt(params.epsilon)} in all ({fmt(first)} in round 1). "
+             f'Status: <b id="cohort-status">{escape(status)}</b>.</p>')
+    names = [f.name for f in config.features]
+    table = (_table("cohorts", ["#Cohort", "#Size (noisy)", "Centre", "Rule"],
+                    _cohort_rows(CohortModel.from_json(result.model), names), "")
+             if result else '<p class="empty">No cohort model released yet.</p>')
+    body = (_header(f"study {study_id} · cohorts", key_id, back=True)
+            + f"<main><section>{facts}</section><section><h2>Rounds</h2>"
+            + _table("cohort-rounds", ["#Round", "Status", "#Expected", "#Sent",
+                                       "Waiting for", "Detail"], rounds,
+                     "The admin has not started the cohort rounds.")
+            + f"</section><section><h2>Released cohorts</h2>{table}</section></main>")
+    return page(f"Study {study_id} cohorts", body)

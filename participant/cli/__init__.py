@@ -1,0 +1,3 @@
+"""``fedod-participant`` and ``fedod-consortium``: argument parsers, command bodies and their
+output.
+"""

@@ -1,0 +1,72 @@
+"""What a study expects of a local file (:class:`DataSpec`), what a pass over it found
+(:class:`DataReport`, local only) and the checked records it yields (:class:`Chunk`).
+
+See :mod:`participant.data.reader` for the checks and the reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from common.config import StudyConfig
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What the study expects: feature names and public bounds, plus local column roles."""
+
+    features: tuple[str, ...]
+    lo: NDArray[np.float64]
+    hi: NDArray[np.float64]
+    id_column: str | None = None
+    ignore: tuple[str, ...] = ()
+    on_out_of_bounds: str = "clip"
+    rows_per_id: int | None = None
+    on_bad_row: str = "error"  # "drop": a release drops and counts malformed rows
+
+    @classmethod
+    def from_config(cls, config: StudyConfig, **local: object) -> DataSpec:
+        return cls(
+            features=tuple(f.name for f in config.features),
+            lo=np.array(config.lo, dtype=np.float64),
+            hi=np.array(config.hi, dtype=np.float64),
+            **local,  # type: ignore[arg-type]
+        )
+
+
+@dataclass
+class DataReport:
+    """Local-only facts about a pass over the file. Never sent to the coordinator."""
+
+    path: str
+    rows: int = 0
+    clipped: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
+    malformed: dict[str, int] = field(default_factory=dict)
+    malformed_rows: int = 0
+
+    @property
+    def clipped_total(self) -> int:
+        return sum(self.clipped.values())
+
+    def malformed_note(self) -> str | None:
+        """A local-only line on the malformed rows a release dropped (``None``: none)."""
+        if not self.malformed_rows:
+            return None
+        per = ", ".join(f"{name}: {n}" for name, n in sorted(self.malformed.items()))
+        return (f"{self.path}: {self.malformed_rows} malformed row(s) dropped from the release "
+                f"(empty, NA, NaN, non-numeric or infinite values, or a line with the wrong "
+                f"number of fields; per column: {per}); local only, never sent")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Checked, clipped records ``X (n, d)`` and their keys (``None``: use row numbers)."""
+
+    X: NDArray[np.float64]
+    keys: pa.Array | None
+    first_row: int

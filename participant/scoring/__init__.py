@@ -1,0 +1,3 @@
+"""Scoring local records with the global model: the model fetched and cached, the detectors built
+from it, the score files.
+"""

@@ -1,0 +1,49 @@
+"""A secure round's roster checked against the consortium's membership certificate, before
+the participant reads any data (``participant.secagg.round`` calls these)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from common.config import StudyConfig
+from common.errors import ConfigError
+from common.secagg import participant as proto
+from common.secagg.membership import MembershipBody, SignedMembership, verify_membership
+from common.secagg.messages import RoundRef, RoundRefused, raw_ed25519
+from common.secagg.schemas import RoundState
+
+__all__ = ["certified_members", "check_certified_roster"]
+
+
+def certified_members(
+    membership: SignedMembership | None, consortium_key: str | None, study: str,
+    config: StudyConfig, now: datetime,
+) -> MembershipBody:
+    """The consortium's membership certificate verified under the pinned key; refused
+    (before anything is read, drawn or charged) without a pinned key or a certificate."""
+    if consortium_key is None:
+        raise ConfigError(
+            "no consortium key is pinned: secure rounds run only with members certified by "
+            "your consortium's data-protection officer. Get its public key and run "
+            "'fedod-participant enrol ... --consortium-key KEY' again; nothing was read")
+    if membership is None:
+        raise RoundRefused(
+            f"the coordinator sent no membership certificate for {study!r}: refusing a roster "
+            "no consortium certified; nothing was read, drawn or charged")
+    assert config.aggregation is not None
+    return verify_membership(membership, raw_ed25519(consortium_key), study=study,
+                             params=config.aggregation, now=now)
+
+
+def check_certified_roster(
+    st: RoundState, advert: bytes, ref: RoundRef, *, consortium_key: str | None,
+    config: StudyConfig, **fixed: Any
+) -> proto.VerifiedRoster:
+    """The roster of ``st`` checked by :func:`common.secagg.participant.check_roster`
+    against the membership certificate served with it."""
+    assert st.roster is not None
+    certified = certified_members(st.membership, consortium_key, ref.study_id, config,
+                                  datetime.now(UTC))
+    return proto.check_roster(st.roster, my_advert=advert, ref=ref, certified=certified,
+                              **fixed)

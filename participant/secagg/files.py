@@ -1,0 +1,80 @@
+"""A participant's durable secure-aggregation files: its long-term identity key and, per round,
+the stored noisy vector, each attempt's secrets, the messages it sent and the attempt it
+helped unmask (``participant.secagg.round`` drives the protocol with them)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from common.secagg.identity import sign_identity_proof
+from common.secagg.keys import RoundSecrets, raw_public
+from common.secagg.messages import b64e
+from common.signing import load_private_key, save_private_key
+from participant.agent import Agent
+from participant.client import CoordinatorClient
+from participant.state import write_private
+
+
+@dataclass
+class RoundFiles:
+    """rounds/<number>/ in the study's state directory (0700 dir, 0600 files)."""
+
+    root: Path
+
+    def secrets(self, attempt: int) -> RoundSecrets:
+        path = self.root / f"attempt-{attempt}.keys"
+        if not path.exists():
+            write_private(path, RoundSecrets.generate().to_bytes())
+        return RoundSecrets.from_bytes(path.read_bytes())
+
+    def unmasked(self) -> int | None:
+        path = self.root / "unmasked"
+        return int(path.read_text()) if path.exists() else None
+
+    def record_unmasked(self, attempt: int) -> None:
+        write_private(self.root / "unmasked", str(attempt).encode())
+
+    def frame(self, name: str, make: Callable[[], bytes]) -> bytes:
+        """A stored frame, made and stored (fsync) first if absent: retries resend it."""
+        path = self.root / name
+        if not path.exists():
+            write_private(path, make())
+        return path.read_bytes()
+
+
+def identity_key(agent: Agent) -> Ed25519PrivateKey:
+    """The participant's long-term Ed25519 identity key (created once, 0600)."""
+    path = agent.state.root / "identity_key.pem"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        save_private_key(Ed25519PrivateKey.generate(), tmp)
+        tmp.replace(path)
+    return load_private_key(path)
+
+
+def register_identity(agent: Agent, client: CoordinatorClient) -> Ed25519PrivateKey:
+    """Register the identity key with a proof of possession bound to this participant's name
+    (as the coordinator knows it) and the pinned coordinator key."""
+    key = identity_key(agent)
+    name = client.me()["participant"]
+    proof = sign_identity_proof(key, agent.state.load_enrolment().key_fingerprint, name)
+    body = json.dumps({"public_key": b64e(raw_public(key)), "proof": proof}).encode()
+    client.request("POST", "/v1/me/identity-key", content=body)
+    return key
+
+
+def ensure_identity(agent: Agent) -> None:
+    """Register the long-term identity key (idempotent: the same key again is a no-op)."""
+    with agent.client() as client:
+        register_identity(agent, client)
+
+
+def rounds_taken(agent: Agent, study: str) -> set[int]:
+    """Rounds of ``study`` for which this participant stored a noisy vector."""
+    root = agent.state.study_dir(study) / "rounds"
+    return {int(p.parent.name) for p in root.glob("*/noisy.npy")} if root.is_dir() else set()
