@@ -40,24 +40,20 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.encoding import encode_release
 from common.errors import InvalidInput
-from common.grid import GridSpec
-from common.hashing import LSHFamily
-from common.merge import merge_sparse
 from common.schemas import ContributionCreate
 from common.secagg.params import AggregationParams
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.data.reader import Chunk
+from participant.release.counts import ExactCounts, empty_counts, exact_histograms
 from participant.release.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
 
@@ -89,56 +85,6 @@ class SendResult:
     study: str
     contribution: dict[str, Any]
     resent: bool
-
-
-@dataclass
-class ExactCounts:
-    """Exact local histograms: never leave the machine, only their noisy release does."""
-
-    lsh: NDArray[np.int64]
-    grid_dense: NDArray[np.int64] | None = None
-    grid_cells: NDArray[np.int64] | None = None
-    grid_counts: NDArray[np.int64] | None = None
-
-
-def exact_histograms(
-    source: Iterable[Chunk], family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
-) -> ExactCounts:
-    """Histograms are additive: accumulate them chunk by chunk with bounded memory."""
-    out = ExactCounts(lsh=np.zeros(family.n_cells, dtype=np.int64))
-    if grid is not None and dense_grid:
-        out.grid_dense = np.zeros(grid.n_cells, dtype=np.int64)
-    elif grid is not None:
-        out.grid_cells = np.empty(0, dtype=np.int64)
-        out.grid_counts = np.empty(0, dtype=np.int64)
-    for chunk in source:
-        out.lsh += family.histogram(chunk.X)
-        if out.grid_dense is not None:
-            out.grid_dense += grid.dense_counts(chunk.X)  # type: ignore[union-attr]
-        elif grid is not None:
-            out.grid_cells, out.grid_counts = merge_sparse(
-                out.grid_cells, out.grid_counts, *grid.occupied(chunk.X)  # type: ignore[arg-type]
-            )
-    note_malformed(source)
-    return out
-
-
-def note_malformed(source: object) -> None:
-    """Say locally how many malformed rows the release dropped (never sent)."""
-    report = getattr(source, "report", None)
-    if report is not None and (note := report.malformed_note()):
-        log.warning("%s", note)
-
-
-def empty_counts(config: StudyConfig) -> ExactCounts:
-    """Exact histograms of an empty dataset: a noise-only release has the same shape."""
-    out = ExactCounts(lsh=np.zeros(config.lsh_cells, dtype=np.int64))
-    if config.grid_layout == "dense":
-        out.grid_dense = np.zeros(config.grid_cells, dtype=np.int64)
-    elif config.grid_layout == "sparse":
-        out.grid_cells = np.empty(0, dtype=np.int64)
-        out.grid_counts = np.empty(0, dtype=np.int64)
-    return out
 
 
 def noisy_releases(

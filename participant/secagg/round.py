@@ -47,7 +47,8 @@ from common.secagg.wire import OCTET_STREAM
 from participant.agent import Agent, DataOptions
 from participant.client import CoordinatorClient
 from participant.release import policy
-from participant.release.contribute import ReleaseSubstituted, empty_counts, exact_histograms
+from participant.release.contribute import ReleaseSubstituted
+from participant.release.counts import empty_counts, exact_histograms
 from participant.secagg.checks import certified_members, check_certified_roster
 from participant.secagg.files import RoundFiles, register_identity
 from participant.state import write_private
