@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     env: Literal["production", "development"] = "production"
     data_dir: Path = Path("fedod-data")
     database_url: str | None = Field(
-        default=None, description="SQLAlchemy URL; default sqlite:///<data_dir>/coordinator.db.engine"
+        default=None, description="SQLAlchemy URL; default sqlite:///<data_dir>/coordinator.db"
     )
     admin_token: str | None = Field(default=None, repr=False)
     signing_key_path: Path | None = Field(
@@ -115,7 +115,7 @@ class Settings(BaseSettings):
         """The configured URL, or a SQLite file in the data directory."""
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{(self.data_dir / 'coordinator.db.engine').resolve()}"
+        return f"sqlite:///{(self.data_dir / 'coordinator.db').resolve()}"
 
     @property
     def resolved_signing_key_path(self) -> Path:

@@ -215,7 +215,7 @@ class Coordinator:
         self.token, self.schema, self.base_pg = secrets.token_urlsafe(32), None, None
         tmp.mkdir(parents=True, exist_ok=True)
         if db == "sqlite":
-            self.url = f"sqlite:///{tmp / 'coordinator.db.engine'}"
+            self.url = f"sqlite:///{tmp / 'coordinator.db'}"
         else:
             self.base_pg = os.environ.get(
                 "FEDOD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

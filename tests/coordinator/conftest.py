@@ -19,7 +19,7 @@ from coordinator.main import create_app
 def db_url(request, tmp_path):
     """A clean database per test: a SQLite file, or freshly created tables in the PG schema."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'coordinator.db.engine'}"
+        return f"sqlite:///{tmp_path / 'coordinator.db'}"
     url = request.getfixturevalue("postgres_url")
     engine = create_engine(url)
     Base.metadata.drop_all(engine)

@@ -36,7 +36,7 @@ def test_creates_once_and_writes_private_working_credentials(setup, capsys) -> N
     tokens = {h: (root / "secrets" / h / "token").read_text().strip() for h in ("h1", "h2")}
     assert main(argv) == 0
     assert "nothing (already set up)" in capsys.readouterr().err
-    engine = create_engine(f"sqlite:///{root / 'data' / 'coordinator.db.engine'}")
+    engine = create_engine(f"sqlite:///{root / 'data' / 'coordinator.db'}")
     with Session(engine) as session:
         for name, token in tokens.items():
             assert authenticate(session, token).name == name

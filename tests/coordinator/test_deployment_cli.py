@@ -25,9 +25,9 @@ def data_dir(monkeypatch, tmp_path):
 def test_no_database_is_a_configuration_error_that_creates_nothing(data_dir, capsys, argv):
     assert main(argv) == EXIT_CONFIG
     err = capsys.readouterr().err
-    assert f"no coordinator database at {data_dir.resolve() / 'coordinator.db.engine'}" in err
+    assert f"no coordinator database at {data_dir.resolve() / 'coordinator.db'}" in err
     assert "FEDOD_DATA_DIR" in err and "fedod-coordinator migrate" in err
-    assert not (data_dir / "coordinator.db.engine").exists()
+    assert not (data_dir / "coordinator.db").exists()
 
 
 @pytest.mark.parametrize("argv", [["key", "show"], ["rotate-key"]])
@@ -49,7 +49,7 @@ def test_migrate_says_what_it_did(data_dir, capsys):
 
 def test_a_schema_behind_is_upgraded_and_reported(data_dir, capsys):
     data_dir.mkdir()
-    upgrade(f"sqlite:///{data_dir / 'coordinator.db.engine'}", "0001")
+    upgrade(f"sqlite:///{data_dir / 'coordinator.db'}", "0001")
     assert main(["participant", "list"]) == EXIT_OK
     err = capsys.readouterr().err
     if head_revision() == "0001":

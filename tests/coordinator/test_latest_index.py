@@ -16,7 +16,7 @@ from coordinator.ledger import charge
 
 
 def test_sqlite_plans_latest_on_the_participants_own_releases(tmp_path):
-    url = f"sqlite:///{tmp_path / 'coordinator.db.engine'}"
+    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
     command.upgrade(alembic_config(url), "head")
     engine = sa.create_engine(url)
     try:

@@ -52,7 +52,7 @@ def test_settings_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FEDOD_MAX_BODY_BYTES", "4096")
     s = Settings()
     assert s.max_body_bytes == 4096
-    assert s.resolved_database_url == f"sqlite:///{tmp_path.resolve() / 'coordinator.db.engine'}"
+    assert s.resolved_database_url == f"sqlite:///{tmp_path.resolve() / 'coordinator.db'}"
     assert s.resolved_signing_key_path == tmp_path / "signing_key.pem"
 
 

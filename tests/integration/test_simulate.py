@@ -66,7 +66,7 @@ def test_table_has_every_hospital_with_finite_aucs(simulation: tuple[dict, Path]
 
 def test_epsilon_matches_coordinator_ledger(simulation: tuple[dict, Path]) -> None:
     result, workdir = simulation
-    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db.engine'}")
+    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db'}")
     with Session(engine) as s:
         for row in result["hospitals"]:
             p = s.scalars(select(Participant).where(Participant.name == row["hospital"])).one()
@@ -123,7 +123,7 @@ def test_secure_simulation_reveals_one_sum_over_every_hospital(
     for r in rows:
         assert 0 <= r["auc_federated"] <= 100 and math.isnan(r["auc_federated_grid"])
         assert Decimal(r["epsilon_spent"]) == Decimal("1")
-    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db.engine'}")
+    engine = create_engine(f"sqlite:///{workdir / 'coordinator' / 'coordinator.db'}")
     with Session(engine) as s:
         rounds = s.scalars(select(Round)).all()
         assert [(r.number, r.attempt, r.status) for r in rounds] == [(1, 1, "done")]

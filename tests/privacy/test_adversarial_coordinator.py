@@ -232,7 +232,7 @@ def adversary(tmp_path):
 def run_both(coordinator, pair, study, flags):
     """Run both participants on the current config at once; return what each run showed."""
     for participant in pair.values():
-        participant.release.contribute(study, flags)
+        participant.contribute(study, flags)
     return {k: (*p.receive(), coordinator.seen.get(f"Bearer {k}", Seen()))
             for k, p in pair.items()}
 
@@ -279,7 +279,7 @@ def test_what_the_coordinator_sees_does_not_depend_on_the_target(adversary):
     assert codes["with"] == codes["without"]  # even the local outcomes agree
     posts = sum(released for *_x, released in SEQUENCE)
     for participant in pair.values():  # every release started was charged, once per POST
-        ledger = participant.release.ledger()
+        ledger = participant.ledger()
         assert len(ledger["entries"]) == posts
         assert all(e["status"] == "acknowledged" for e in ledger["entries"])
         charged = sum(float(e["epsilon"]) for e in ledger["entries"])
