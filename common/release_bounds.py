@@ -14,7 +14,7 @@ cell of the release at ``beta / 2``):
 3. **LSH tables agree**: a record falls in exactly one cell of every table, so every table's
    exact total is the participant's record count ``X``. The noisy total of table ``t`` is
    ``X + N_t`` with ``N_t`` the sum of its ``c_t`` cells' noise, ``|N_t| <= b_t`` with
-   probability ``1 - beta / (2 tables)`` each (:func:`common.noise.sum_tail.polya_sum_tail`:
+   probability ``1 - beta / (2 tables)`` each (:func:`common.noise.tails.polya_sum_tail`:
    discrete Laplace is ``NB(1) - NB(1)``). An honest release therefore has some ``X`` with
    ``|total_t - X| <= b_t`` for every table: ``max(total_t - b_t) <= min(total_t + b_t)``.
    A table holding a cell at or above ``R - B`` (*saturated*: a count clipped at ``R`` would
@@ -56,8 +56,7 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import ReleaseOutOfBounds
-from common.noise.sum_tail import polya_sum_tail
-from common.noise.tails import FAILURE_PROBABILITY, laplace_tail
+from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.params import AggregationParams
 
 __all__ = ["MAX_ROWS_PER_ID", "ReleaseBounds", "release_bounds", "check_lsh", "check_grid"]

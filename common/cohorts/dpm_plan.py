@@ -20,9 +20,9 @@ from numpy.typing import NDArray
 
 from common.budget import EPSILON_QUANTUM, PrivacyBudget
 from common.hashing import _as_bounds
+from common.noise.scale import discrete_laplace_sd
 
-__all__ = ["DPMBudget", "DPMPlan", "Leaf", "TreeState", "discrete_laplace_sd", "node_dims",
-           "tree_state"]
+__all__ = ["DPMBudget", "DPMPlan", "Leaf", "TreeState", "node_dims", "tree_state"]
 
 Floats = NDArray[np.float64]
 _DIMS_TAG = b"fedod-dpm-dims/1\x00"
@@ -192,13 +192,6 @@ def _share(units: int, share: Decimal | str, name: str) -> int:
     if not value.is_finite() or not 0 < value < 1:
         raise ValueError(f"{name} must be in (0, 1), got {share!r}")
     return int((units * value).to_integral_value(ROUND_FLOOR))
-
-
-def discrete_laplace_sd(scale: float) -> float:
-    """Standard deviation of the discrete Laplace of ``scale`` ``b``: with ``t = e^(-1/b)``,
-    the variance is ``2 t / (1 - t)^2`` (Canonne, Kamath & Steinke, NeurIPS 2020)."""
-    t = math.exp(-1.0 / scale)
-    return math.sqrt(2.0 * t) / (1.0 - t)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 from common.budget import PrivacyBudget
 from common.cohorts.dpm_plan import DPMPlan
 from common.cohorts.plan import KMeansPlan
+from common.noise.scale import laplace_scale
 
 __all__ = ["DEFAULT_MAX_RECORDS", "Part", "RoundMechanism", "dpm_leaves", "dpm_level",
            "kmeans_round"]
@@ -75,7 +76,7 @@ class Part:
             from common.noise.gaussian import l2_scale
 
             return l2_scale(self.sensitivity, self.epsilon, self.delta)
-        return Fraction(self.sensitivity) / Fraction(self.epsilon)
+        return laplace_scale(self.sensitivity, self.epsilon)
 
     def measured_epsilon(self) -> Decimal:
         """Epsilon of the measurement :meth:`add_noise` runs, from OpenDP's own privacy map

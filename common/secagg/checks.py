@@ -19,7 +19,7 @@ What an honest sum of ``r`` members looks like (``M = max_records``, the noise o
    the others' non-negative counts plus noise). Clipping only lowers a total. Hence, calling a
    table *saturated* when a cell reaches ``M - B``: no table's total exceeds the mean of the
    other unsaturated tables' totals by more than the noise tail (its own total's noise plus
-   that mean's, :func:`common.noise.sum_tail.polya_sum_tail`), and no unsaturated table falls
+   that mean's, :func:`common.noise.tails.polya_sum_tail`), and no unsaturated table falls
    short of it by more either.
 3. **The dense grid agrees with the LSH tables**: the grid too puts every record in exactly one
    cell (out-of-range values and projections are clipped to the edge bins, never dropped), so
@@ -51,8 +51,8 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import SecureSumRejected
-from common.noise.sum_tail import polya_sum_tail
-from common.noise.tails import FAILURE_PROBABILITY, laplace_tail
+from common.noise.scale import laplace_scale
+from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.vector import secure_parts
 
 __all__ = ["check_secure_sum", "SumBounds", "sum_bounds"]
@@ -75,8 +75,7 @@ class SumBounds:
         per_cell = Fraction(members, params.h_min)
         parts = secure_parts(config)
         cells = sum(c for _, c, _, _ in parts)
-        self.scale = {name: Fraction(Fraction(eps).denominator * sens, Fraction(eps).numerator)
-                      for name, _, sens, eps in parts}
+        self.scale = {name: laplace_scale(sens, eps) for name, _, sens, eps in parts}
         self.cell_tail = {
             name: laplace_tail(s, draws=math.ceil(per_cell), beta=beta / 4 / cells)
             for name, s in self.scale.items()

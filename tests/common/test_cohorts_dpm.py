@@ -22,8 +22,9 @@ from common.cohorts import (
     tree_state,
 )
 from common.cohorts.dpm import choose_split
-from common.cohorts.dpm_plan import discrete_laplace_sd, node_dims
+from common.cohorts.dpm_plan import node_dims
 from common.noise.laplace import add_discrete_laplace
+from common.noise.scale import discrete_laplace_sd
 
 LO = np.array([-100.0, -50.0, 0.0])
 HI = np.array([100.0, 50.0, 10.0])

@@ -15,7 +15,6 @@ import pytest
 
 from common.budget import PrivacyBudget
 from common.cohorts import DPMPlan, leaf_statistics, release_leaves, tree_state
-from common.cohorts.dpm_plan import discrete_laplace_sd
 from common.cohorts.params import CohortParams
 from common.cohorts.study import protocol_for
 from common.config import canonical_json
@@ -26,6 +25,7 @@ from common.noise.gaussian import (
     histogram_scale,
     l2_sensitivity,
 )
+from common.noise.scale import discrete_laplace_sd
 
 D = 16
 LO, HI = np.full(D, -10.0), np.full(D, 10.0)
