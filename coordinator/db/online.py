@@ -60,7 +60,7 @@ class OnlineModel(Base):
     """The current online classifier of a study: ``version`` steps taken; its row is the
     lock every gradient release takes. ``centre_sum`` is the sum of the ``centre_releases``
     centring releases' noisy sums (null: none yet); the centre served is its post-processing
-    (:func:`coordinator.services.online.centre_of`)."""
+    (:func:`coordinator.services.online_model.centre_of`)."""
 
     __tablename__ = "online_models"
 

@@ -8,6 +8,7 @@ from sqlalchemy import (
     DDL,
     BigInteger,
     Boolean,
+    ColumnElement,
     DateTime,
     ForeignKey,
     Index,
@@ -129,6 +130,8 @@ class Contribution(Base):
     ``model_version`` is the study's model version this release created (the fold order);
     ``replaces_id`` the same participant's previous release for the study, which this one
     supersedes in the model (a participant's data counts once; the ledger charges both).
+    A row that only itemises a charge (a secure, online or cohort release) is kept out of
+    the model by one rule, :data:`OUTSIDE_MODEL` (see :func:`in_model`).
     """
 
     __tablename__ = "contributions"
@@ -136,7 +139,7 @@ class Contribution(Base):
         UniqueConstraint(
             "participant_id", "study_id", "idempotency_key", name="uq_contributions_key"
         ),
-        # for charge.LATEST (max id of a participant's model releases to the study): with
+        # for ledger.charge.LATEST (max id of a participant's model releases to the study): with
         # (participant_id, study_id, id) SQLite planned it over ix_contributions_study_version
         # instead, a scan of every release of the study (migration 0010)
         Index("ix_contributions_latest", "participant_id", "study_id", "model_version"),
@@ -156,6 +159,32 @@ class Contribution(Base):
     grid_payload: Mapped[str | None] = mapped_column(Text, nullable=True)
     model_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+OUTSIDE_MODEL = 0
+"""The ``model_version`` of a contribution row that is not an LSH release (a secure round's
+masked vector, an online gradient, a cohort release: the ledger writer,
+``coordinator.ledger.charge``, itemises their charges as such rows).
+
+The one rule that keeps a row out of the LSH model: the fold takes the rows of the model
+versions past its snapshot's (``> snapshot.version >= OUTSIDE_MODEL``, ``services.aggregate``)
+and a release replaces its participant's latest row with ``model_version > OUTSIDE_MODEL``
+(``LATEST``), so such a row is never merged, never replaces and is never replaced. Secure
+rows stored before this rule carry the study's model version at their charge instead; no
+fold window holds them either (a secure study's snapshot moves with its counter, and it
+takes no LSH releases that could replace them)."""
+
+
+def in_model(after: int, upto: int) -> ColumnElement[bool]:
+    """The LSH releases of model versions ``after`` (exclusive) to ``upto``: never a row at
+    :data:`OUTSIDE_MODEL`, since a snapshot version is never below it."""
+    assert after >= OUTSIDE_MODEL
+    return (Contribution.model_version > after) & (Contribution.model_version <= upto)
+
+
+def lsh_releases() -> ColumnElement[bool]:
+    """Every LSH release (the rows a later release of the same participant may replace)."""
+    return Contribution.model_version > OUTSIDE_MODEL
 
 
 EXTERNAL_STORAGE = {

@@ -1,15 +1,32 @@
 """Checks every kind of release runs before it is charged: the config it was drawn under is
-the study's current one, and its cost fits the participant's cap."""
+the study's current one, and its cost fits the participant's cap; and the refusals of a
+charge the ledger writer (:mod:`coordinator.ledger.charge`) turned away."""
 
 from __future__ import annotations
 
 import hmac
+from typing import Protocol
 
 from common.budget import PrivacyBudget
-from common.errors import BudgetExceeded, ConfigVersionConflict
+from common.errors import BudgetExceeded, ConfigVersionConflict, FedodError
 from common.schemas import ContributionCreate
-from coordinator.db.tables import Participant
-from coordinator.services.ingest_lookup import IngestCaller
+
+
+class Holder(Protocol):
+    """Whose budget is checked: a participant row, or the ingest route's caller."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spent(self) -> PrivacyBudget: ...
+    @property
+    def cap(self) -> PrivacyBudget: ...
+
+
+class ParticipantRevoked(FedodError):
+    """The credential was revoked while the request was in flight."""
+
+    status_code = 401
 
 
 def check_config(study_id: str, version: int, digest: str, body: ContributionCreate) -> None:
@@ -26,9 +43,7 @@ def check_config(study_id: str, version: int, digest: str, body: ContributionCre
         )
 
 
-def over_budget(
-    participant: Participant | IngestCaller, cost: PrivacyBudget
-) -> BudgetExceeded | None:
+def over_budget(participant: Holder, cost: PrivacyBudget) -> BudgetExceeded | None:
     """The refusal when ``cost`` does not fit (a sum past the exact range never fits)."""
     spent, cap = participant.spent, participant.cap
     try:

@@ -1,13 +1,13 @@
 """The global model: sums folded from the stored contributions, and their wire form.
 
-Storage layout (DESIGN 5, issue 14): ingest stores a contribution and bumps the study's model
-counter; it never rewrites the sums. The sums live in one ``AggregateSnapshot`` row per study
-that is *folded* forward when the model is read: add every contribution whose
-``model_version`` is past the snapshot's, subtract each release those replace (a participant
-counts once, issue 11 item 5). Folding takes the snapshot row lock and the contributions it
-reads were committed together with the counter they bumped, so the result is exact under any
-number of workers; the ingest cost does not depend on the model size or on how many
-contributions were merged before.
+Storage layout: ingest stores a contribution and bumps the study's model counter; it never
+rewrites the sums. The sums live in one ``AggregateSnapshot`` row per study that is *folded*
+forward when the model is read: add every contribution whose ``model_version`` is past the
+snapshot's (:func:`coordinator.db.tables.in_model`: never a row that only itemises a charge),
+subtract each release those replace (a participant counts once). Folding takes the snapshot
+row lock and the contributions it reads were committed together with the counter they
+bumped, so the result is exact under any number of workers; the ingest cost does not depend
+on the model size or on how many contributions were merged before.
 
 Every use of ``common.encoding.decode_counts`` and ``common.merge`` is in :func:`decode_vector`
 and :func:`combine` (ingest decodes with the first too, to check the poisoning bounds), so a
@@ -36,7 +36,7 @@ from common.config import StudyConfig
 from common.encoding import EncodedCounts, decode_counts, encode_counts
 from common.merge import merge_sparse, merge_sum
 from common.schemas import ModelPublic
-from coordinator.db.tables import AggregateSnapshot, Contribution
+from coordinator.db.tables import AggregateSnapshot, Contribution, in_model
 
 _I8 = np.dtype("<i8")
 _I4 = np.iinfo(np.int32)
@@ -165,11 +165,7 @@ def fold(session: Session, study_id: str, config: StudyConfig, target: int) -> A
     if snapshot.version >= target:
         session.commit()
         return snapshot
-    window = (
-        (Contribution.study_id == study_id)
-        & (Contribution.model_version > snapshot.version)
-        & (Contribution.model_version <= target)
-    )
+    window = (Contribution.study_id == study_id) & in_model(snapshot.version, target)
     sums = Sums.load(snapshot, config)
     for part in _decoded(config, _payloads(session, window)):
         sums.add(part, 1)

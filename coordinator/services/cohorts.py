@@ -51,6 +51,7 @@ from coordinator.db.cohorts import CohortRelease, CohortResult, CohortRound
 from coordinator.db.tables import Member, Participant, Study, utcnow
 from coordinator.ledger import charge
 from coordinator.ledger.refusals import record_refusal
+from coordinator.ledger.releases import Item
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.cohorts")
@@ -163,20 +164,15 @@ def _check(config: StudyConfig, protocol: RoundProtocol, rnd: CohortRound,
     return cost
 
 
-def _charge(session: Session, participant: Participant, study: Study, number: int,
-            cost: PrivacyBudget, payload: str, digest: str, version: int) -> int:
-    """Charge the coordinator's ledger and keep the release as a contribution (never folded
-    into the LSH model: model_version 0 lies outside every fold window)."""
-    eps, delta = cost.to_units()
-    conn = session.connection()
-    ids = {"pid": participant.id, "sid": study.id}
-    if conn.execute(charge.CHARGE, {"eps": eps, "delta": delta, **ids}).first() is None:
+def _charge(session: Session, participant: Participant, item: Item) -> int:
+    """Charge the coordinator's ledger and keep the release as a contribution row (never
+    folded into the LSH model: ``coordinator.db.tables.OUTSIDE_MODEL``)."""
+    cid = charge.charge_item(session.connection(), item)
+    if cid is None:
         session.refresh(participant)
-        raise BudgetExceeded(spent=participant.spent, asked=cost, cap=participant.cap,
+        raise BudgetExceeded(spent=participant.spent, asked=item.cost, cap=participant.cap,
                              participant=participant.name)
-    return charge.itemise(conn, participant_id=participant.id, study_id=study.id,
-                          key=f"cohort:{number}", digest=digest, config_version=version,
-                          eps_units=eps, delta_units=delta, payload=payload, kind="cohort")
+    return cid
 
 
 def post_release(session: Session, study: Study, participant: Participant, number: int,
@@ -198,8 +194,8 @@ def post_release(session: Session, study: Study, participant: Participant, numbe
     cost = _check(config, protocol, rnd, body)
     payload, digest = json.dumps(body.values, separators=(",", ":")), _digest(body)
     try:
-        cid = _charge(session, participant, study, number, cost, payload, digest,
-                      config.version)
+        cid = _charge(session, participant, Item(participant.id, study.id, f"cohort:{number}",
+                                                 digest, config.version, cost, payload, "cohort"))
     except BudgetExceeded as exc:
         record_refusal(session, participant.id, study.id, cost, exc)
         raise

@@ -5,8 +5,8 @@ study, read with the caller in one query, ``services.ingest_lookup``), config ve
 digest, claimed cost, budget (all before the body is decoded), then decoding, the digest
 of the counts and the poisoning bounds (:func:`check_release`, :mod:`common.release_bounds`;
 the one place both the ORM and the group-commit path run, :func:`prepare`), then a short
-write transaction (``services.charge``, on PostgreSQL ``services.charge_pg``: their locks
-make budget, replacement and config checks exact under any number of workers) - for the
+write transaction (the ledger writer, ``coordinator.ledger.charge``: its locks make budget,
+replacement and config checks exact under any number of workers) - for the
 route, the batch of its process's group commit (``services.group_commit``), which falls back
 to :func:`store_one` and :func:`refuse_charge` per release. The sums are not touched here:
 they are folded from the stored contributions when the model is read
@@ -18,12 +18,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -32,7 +30,6 @@ from common.config import StudyConfig
 from common.encoding import EncodedCounts, validated_json
 from common.errors import (
     ConfigVersionConflict,
-    FedodError,
     IdempotencyConflict,
     InvalidInput,
     PayloadInvalid,
@@ -41,21 +38,14 @@ from common.errors import (
 from common.release_bounds import check_grid, check_lsh, release_bounds
 from common.schemas import ContributionCreate
 from coordinator.db.tables import Contribution, Participant
-from coordinator.ledger import charge, charge_pg
-from coordinator.ledger.charge import Stored
-from coordinator.ledger.checks import check_config, over_budget
+from coordinator.ledger import charge
+from coordinator.ledger.checks import ParticipantRevoked, check_config, over_budget
+from coordinator.ledger.releases import PendingRelease, Stored, previous
 from coordinator.services.aggregate import decode_vector
 from coordinator.services.ingest_lookup import IngestCaller
 from coordinator.services.studies import parse_config
 
 log = logging.getLogger("fedod.contributions")
-Check = Callable[[int, str], None]
-
-
-class ParticipantRevoked(FedodError):
-    """The credential was revoked while the request was in flight."""
-
-    status_code = 401
 
 
 @dataclass(frozen=True)
@@ -138,7 +128,7 @@ def check_release(config: StudyConfig, body: ContributionCreate, max_bytes: int)
 class Prepared:
     """A release validated and decoded, ready for the write transaction."""
 
-    release: charge.Release
+    release: PendingRelease
     cost: PrivacyBudget
     body: ContributionCreate
 
@@ -177,7 +167,7 @@ def prepare(
     if session.get_bind().dialect.name != "postgresql":
         session.rollback()  # end the read transaction (and its lock, if it took the write lock)
     check_release(config, body, max_decoded_bytes)
-    release = charge.Release(
+    release = PendingRelease(
         caller.participant_id,
         caller.study_id,
         body.idempotency_key,
@@ -190,23 +180,17 @@ def prepare(
     return Prepared(release, cost, body)
 
 
-def writer_for(conn: Connection) -> Callable[[Connection, charge.Release, Check], Stored | None]:
-    """The contribution transaction for this connection's database."""
-    return charge_pg.store if conn.dialect.name == "postgresql" else charge.store
-
-
 def store_one(session: Session, prepared: Prepared) -> Outcome:
     """Store and charge one prepared release in its own transaction (commits)."""
     release = prepared.release
     try:
-        conn = session.connection()
-        stored = writer_for(conn)(conn, release, prepared.check)
+        stored = charge.store(session.connection(), release, prepared.check)
         if stored is None:
             return refuse_charge(session, prepared)
         session.commit()
     except IntegrityError:
         session.rollback()
-        found, sha = charge.previous(
+        found, sha = previous(
             session.connection(), release.participant_id, release.study_id,
             release.idempotency_key,
         )
@@ -222,7 +206,7 @@ def refuse_charge(session: Session, prepared: Prepared) -> Outcome:
     session.rollback()
     participant = session.get(Participant, release.participant_id, populate_existing=True)
     key = release.idempotency_key
-    found, sha = charge.previous(session.connection(), release.participant_id, release.study_id,
+    found, sha = previous(session.connection(), release.participant_id, release.study_id,
                                  key)
     if found:
         outcome = _replay(session, found, sha, release.request_sha256)

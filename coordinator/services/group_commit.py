@@ -12,9 +12,9 @@ is unchanged: a request is answered after the commit that holds its release and 
 a crash before that commit loses both (the participant retries with the same key).
 
 Exactness under several workers comes from the same locks as one release at a time
-(``services.charge``, ``services.charge_pg``), taken in one global order so that two batches
-cannot deadlock: on PostgreSQL every participant row of the batch first, in id order, then
-every study counter row in study order (``charge_pg.store_many``; a single release takes
+(the ledger writer, ``coordinator.ledger.charge``), taken in one global order so that two
+batches cannot deadlock: on PostgreSQL every participant row of the batch first, in id order,
+then every study counter row in study order (``charge.store_many``; a single release takes
 participant then study too); SQLite has one writer at a time. Each batch first looks up all
 its callers in one query (``ingest_lookup.lookup_many``; on SQLite in a read snapshot that
 takes no lock, ``db.READ``) and checks out (and, after idling, pings) its connection once.
@@ -44,8 +44,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coordinator.db.engine import READ
 from coordinator.db.sqlite_checkpoint import Checkpointer
-from coordinator.ledger import charge, charge_pg
-from coordinator.ledger.charge import Stored
+from coordinator.ledger import charge
+from coordinator.ledger.releases import Stored
 from coordinator.services.contributions import Outcome, Prepared
 from coordinator.services.ingest_lookup import IngestCaller, lookup_many
 
@@ -71,12 +71,8 @@ def store_batch(session: Session, items: list[Prepared]) -> list[Result]:
             seen.add(key)
             order.append(i)
     try:
-        conn = session.connection()
-        if conn.dialect.name == "postgresql":
-            stored = charge_pg.store_many(conn, [items[i].release for i in order],
-                                          [items[i].check for i in order])
-        else:
-            stored = [charge.store(conn, items[i].release, items[i].check) for i in order]
+        stored = charge.store_many(session.connection(), [items[i].release for i in order],
+                                   [items[i].check for i in order])
         for i, one in zip(order, stored, strict=True):
             results[i] = REFUSED if one is None else one
         session.commit()

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, text
 
 from common.budget import PrivacyBudget
+from coordinator.db import driver_sql
 from coordinator.db.tables import Contribution, Member, Participant, Study
-from coordinator.services import driver_sql
 from coordinator.services.participants import hash_token
 
 LOOKUP = (

@@ -4,7 +4,7 @@ A model GET needed the participant holding the credential, the study, the member
 model counter: four ORM queries (``get_caller``, then ``study_reader``'s two, then the
 version), 2.6 ms of server CPU per GET, at 0.13-0.24 of the GETs/s of a bare endpoint serving
 the same bytes (BENCHMARKS, "model GETs in one query"). Here it is one prebuilt statement on
-the driver's cursor (``services.driver_sql``), as ingest does (``services.ingest_lookup``).
+the driver's cursor (``db.driver_sql``), as ingest does (``services.ingest_lookup``).
 Nothing is cached between requests: a revoked credential is refused on its next request.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, select
 
+from coordinator.db import driver_sql
 from coordinator.db.tables import Aggregate, Member, Participant, Study
-from coordinator.services import driver_sql
 from coordinator.services.participants import hash_token
 
 _STUDY = (Study.id, Study.config_payload, Aggregate.version)

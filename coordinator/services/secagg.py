@@ -15,47 +15,29 @@ the shares answers of the recover phase (off the normal path) are signed JSON.
 
 Every message takes the lock of its round row, so transitions are exact with any number of
 workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
-from a clock.
+from a clock. What ends each phase (roster, recovery request, reveal and merge) is
+:mod:`coordinator.services.secagg_phases`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from common.config import StudyConfig
-from common.errors import Conflict, NotFound, SecureSumRejected
+from common.errors import Conflict, NotFound
 from common.secagg import server
-from common.secagg.checks import check_secure_sum
-from common.secagg.messages import (
-    RoundRef,
-    RoundRefused,
-    SignedMessage,
-    b64d,
-    b64e,
-)
-from common.secagg.params import AggregationParams
-from common.secagg.roster import VerifiedRoster
+from common.secagg.messages import RoundRefused, SignedMessage, b64d, b64e
 from coordinator.db.secagg import Round
-from coordinator.db.tables import Member, Participant, Study, utcnow
+from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
+from coordinator.services import secagg_phases as phases
 from coordinator.services import secagg_store as store
-from coordinator.services.studies import study_config
 
-log = logging.getLogger("fedod.rounds")
+log = logging.getLogger("fedod.secagg")
 OPEN = ("keys", "masking", "unmask", "recover")
-
-
-def secure_params(study: Study) -> tuple[StudyConfig, AggregationParams]:
-    """The study's config and its secure aggregation parameters; 409 for independent noise."""
-    config = study_config(study)
-    if config.aggregation is None or config.aggregation.mode != "secure":
-        raise Conflict(f"study {study.id!r} uses independent noise: it has no rounds")
-    return config, config.aggregation
 
 
 def current(session: Session, study_id: str, *, lock: bool = False) -> Round:
@@ -83,7 +65,7 @@ def list_rounds(session: Session, study_id: str | None = None) -> list[Round]:
 def open_round(session: Session, study: Study) -> Round:
     """Open the next round with exactly the certified members (the consortium's membership
     certificate) that are active and registered their certified identity key."""
-    _, params = secure_params(study)
+    _, params = phases.secure_params(study)
     last = session.scalar(
         select(Round).where(Round.study_id == study.id).order_by(Round.id.desc()).limit(1)
     )
@@ -109,16 +91,6 @@ def open_round(session: Session, study: Study) -> Round:
     return rnd
 
 
-def _ref(rnd: Round) -> RoundRef:
-    return RoundRef(study_id=rnd.study_id, round=rnd.number, attempt=rnd.attempt)
-
-
-def _roster(rnd: Round, keys: KeyStore) -> VerifiedRoster:
-    assert rnd.roster is not None
-    signed = SignedMessage.model_validate_json(rnd.roster)
-    return server.roster_of(signed, keys.private_key().public_key())
-
-
 def _locked(session: Session, study: Study, number: int, phase: str) -> Round:
     rnd = current(session, study.id, lock=True)
     if rnd.number != number:
@@ -129,66 +101,6 @@ def _locked(session: Session, study: Study, number: int, phase: str) -> Round:
             f"not {phase!r}: message refused (out of order or replayed)"
         )
     return rnd
-
-
-def _finish(session: Session, rnd: Round, status: str, detail: str | None = None) -> None:
-    rnd.status, rnd.detail, rnd.finished_at = status, detail, utcnow()
-    log.info(
-        "round finished",
-        extra={"study": rnd.study_id, "round": rnd.number, "status": status, "detail": detail},
-    )
-
-
-def _publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
-    config, params = secure_params(study)
-    adverts = {
-        name: (store.identity_of(session, store.participant_by_name(session, name)), b64d(frame))
-        for name, frame in store.messages(session, rnd, "advert").items()
-    }
-    if len(adverts) < params.min_roster:
-        _finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
-        return
-    roster = server.build_roster(
-        _ref(rnd),
-        adverts,
-        config_digest=study.config_digest,
-        modulus_bits=config.secure_modulus_bits(),
-        threshold=params.threshold,
-        key=keys.private_key(),
-    )
-    rnd.roster, rnd.status = roster.model_dump_json(), "masking"
-
-
-def _reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
-    config, _ = secure_params(study)
-    roster = _roster(rnd, keys)
-    who = functools.partial(store.identity_by_name, session)
-    seeds = {
-        name: server.accept_unmask(b64d(frame), roster, name=name, identity=who(name))
-        for name, frame in store.messages(session, rnd, "unmask").items()
-    }
-    shares = {
-        name: server.accept_shares(SignedMessage.model_validate_json(signed), roster, name=name,
-                                   identity=who(name), missing=store.missing_members(rnd))
-        for name, signed in store.messages(session, rnd, "shares").items()
-    }
-    words = {
-        name: server.accept_masked(b64d(frame), roster, name=name, identity=who(name),
-                                   n_cells=config.secure_cells)
-        for name, frame in store.messages(session, rnd, "masked").items()
-    }
-    try:
-        total = server.reveal_sum(roster, words, seeds, shares)
-    except RoundRefused as exc:
-        _finish(session, rnd, "abandoned", exc.message)
-        return
-    try:  # a member may have added anything to its own vector: not merged unless plausible
-        check_secure_sum(config, total, len(roster.names))
-    except SecureSumRejected as exc:  # the members stay charged: their noise was drawn
-        _finish(session, rnd, "rejected", exc.message)
-        return
-    store.replace_model(session, study.id, config, total, len(roster.names))
-    _finish(session, rnd, "done", f"{len(seeds)} of {len(roster.names)} answered the unmask")
 
 
 STEPS: dict[str, tuple[str, str]] = {
@@ -213,33 +125,35 @@ def post_message(
     the open attempt, store it (a masked vector is charged to the member's ledger in the same
     transaction), then move the round on when every member has sent this kind of message."""
     phase, kind = STEPS[step]
-    config, _ = secure_params(study)
+    config, _ = phases.secure_params(study)
     identity = store.identity_of(session, participant)
     rnd = _locked(session, study, number, phase)
     name = participant.name
     if isinstance(message, SignedMessage):
         if kind != "shares" or name not in store.messages(session, rnd, "unmask"):
             raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")
-        server.accept_shares(message, _roster(rnd, keys), name=name, identity=identity,
-                             missing=store.missing_members(rnd))
+        server.accept_shares(message, phases.roster_of(rnd, keys), name=name,
+                             identity=identity, missing=store.missing_members(rnd))
         payload = message.model_dump_json()
     else:
         if kind == "advert":
             if name not in store.expected(rnd):
                 raise RoundRefused(f"{name!r} is not in this attempt's cohort")
-            server.accept_advert(message, ref=_ref(rnd), name=name, identity=identity)
+            server.accept_advert(message, ref=phases.ref(rnd), name=name, identity=identity)
         elif kind == "masked":
-            server.accept_masked(message, _roster(rnd, keys), name=name, identity=identity,
-                                 n_cells=config.secure_cells)
+            server.accept_masked(message, phases.roster_of(rnd, keys), name=name,
+                                 identity=identity, n_cells=config.secure_cells)
         elif kind == "unmask":
-            server.accept_unmask(message, _roster(rnd, keys), name=name, identity=identity)
+            server.accept_unmask(message, phases.roster_of(rnd, keys), name=name,
+                                 identity=identity)
         else:
             raise RoundRefused("a shares answer is signed JSON, not a frame")
         payload = b64e(message)
     if not store.stored_message(session, rnd, participant, kind, payload):
         if kind == "masked":
             assert isinstance(message, bytes)
-            store.charge_release(session, participant, rnd, config, message)
+            store.charge_release(session, participant, rnd, config.version,
+                                 config.release_cost(), message)
         store.store_message(session, rnd, participant, kind, payload)
         session.flush()
         _move_on(session, keys, study, rnd, kind)
@@ -251,12 +165,12 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
     received = sorted(store.messages(session, rnd, kind))
     if kind == "advert":
         if len(received) == len(store.expected(rnd)):
-            _publish(session, keys, study, rnd)
+            phases.publish(session, keys, study, rnd)
         return
-    roster = _roster(rnd, keys)
+    roster = phases.roster_of(rnd, keys)
     if kind == "shares":
         if received == sorted(store.messages(session, rnd, "unmask")):
-            _reveal(session, keys, study, rnd)
+            phases.reveal(session, keys, study, rnd)
         return
     if received != roster.names:
         return
@@ -265,20 +179,20 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
         request = server.build_request(roster, roster.names, keys.private_key(), frames)
         rnd.request, rnd.status = request.model_dump_json(), "unmask"
     else:
-        _reveal(session, keys, study, rnd)
+        phases.reveal(session, keys, study, rnd)
 
 
 def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
     """Admin: declare the members that have not acted in this phase lost, and move on."""
-    _, params = secure_params(study)
+    _, params = phases.secure_params(study)
     rnd = current(session, study.id, lock=True)
     if rnd.number != number or rnd.status not in OPEN:
         raise Conflict(f"round {number} of {study.id!r} is not open")
     if rnd.status == "keys":
-        _publish(session, keys, study, rnd)
+        phases.publish(session, keys, study, rnd)
     elif rnd.status == "masking":
         masked = sorted(store.messages(session, rnd, "masked"))
-        _finish(
+        phases.finish(
             session,
             rnd,
             "restarted",
@@ -297,22 +211,10 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
                 )
             )
     elif rnd.status == "unmask":
-        _recover(session, keys, rnd, params)
+        phases.recover(session, keys, rnd, params)
     else:
-        _reveal(session, keys, study, rnd)
+        phases.reveal(session, keys, study, rnd)
     session.commit()
     return current(session, study.id)
 
 
-def _recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationParams) -> None:
-    """Unmask phase declared over: ask the members that answered for their shares of the seeds
-    of those that did not (abandon if fewer than the threshold answered)."""
-    roster = _roster(rnd, keys)
-    answered = store.messages(session, rnd, "unmask")
-    if len(answered) < params.threshold:
-        _finish(session, rnd, "abandoned",
-                f"{len(answered)} unmask answers, the threshold is {params.threshold}")
-        return
-    missing = [n for n in roster.names if n not in answered]
-    rnd.request = server.build_recover(roster, missing, keys.private_key()).model_dump_json()
-    rnd.status = "recover"

@@ -16,8 +16,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.errors import BudgetExceeded, Conflict
+from common.errors import Conflict
 from common.secagg.identity import verify_identity_proof
 from common.secagg.membership import MembershipBody, SignedMembership
 from common.secagg.messages import RecoverBody, SignedMessage, b64d, b64e
@@ -26,14 +27,10 @@ from common.secagg.schemas import IdentityKeyCreate
 from common.secagg.vector import split_secure_sum
 from common.secagg.wire import frame_digest
 from coordinator.db.secagg import IdentityKey, Round, RoundMessage, StudyMembership
-from coordinator.db.tables import (
-    Aggregate,
-    AggregateSnapshot,
-    Contribution,
-    LedgerEntry,
-    Participant,
-    utcnow,
-)
+from coordinator.db.tables import Aggregate, AggregateSnapshot, Participant, utcnow
+from coordinator.ledger import charge
+from coordinator.ledger.checks import ParticipantRevoked, over_budget
+from coordinator.ledger.releases import Item, previous
 
 
 def register_identity(session: Session, participant: Participant, body: IdentityKeyCreate,
@@ -198,58 +195,22 @@ def store_message(
     )
 
 
-def charge_release(
-    session: Session, participant: Participant, rnd: Round, config: StudyConfig, frame: bytes
-) -> None:
-    """Charge one release per (participant, study, round), within the caller's transaction."""
+def charge_release(session: Session, participant: Participant, rnd: Round, config_version: int,
+                   cost: PrivacyBudget, frame: bytes) -> None:
+    """Charge one release per (participant, study, round) through the ledger writer, within
+    the caller's transaction: a restarted attempt re-sends the same noisy vector under fresh
+    masks and is not charged again."""
     key = f"secagg:{rnd.study_id}:{rnd.number}"
-    locked = session.scalar(
-        select(Participant)
-        .where(Participant.id == participant.id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    assert locked is not None
-    already = session.scalar(
-        select(Contribution.id).where(
-            Contribution.participant_id == locked.id, Contribution.idempotency_key == key
-        )
-    )
-    if already is not None:
+    conn = session.connection()
+    if previous(conn, participant.id, rnd.study_id, key)[0]:
         return
-    cost = config.release_cost()
-    if not (locked.spent + cost).fits_within(locked.cap):
-        raise BudgetExceeded(
-            spent=locked.spent, asked=cost, cap=locked.cap, participant=locked.name
-        )
-    aggregate = session.get(Aggregate, rnd.study_id)
-    eps, delta = cost.to_units()
-    contribution = Contribution(
-        study_id=rnd.study_id,
-        participant_id=locked.id,
-        idempotency_key=key,
-        request_sha256=frame_digest(frame),
-        config_version=config.version,
-        eps_units=eps,
-        delta_units=delta,
-        lsh_payload=b64e(frame),
-        grid_payload=None,
-        model_version=aggregate.version if aggregate else 0,
-    )
-    session.add(contribution)
-    session.flush()
-    session.add(
-        LedgerEntry(
-            participant_id=locked.id,
-            contribution_id=contribution.id,
-            study_id=rnd.study_id,
-            kind="secagg",
-            eps_units=eps,
-            delta_units=delta,
-        )
-    )
-    locked.eps_spent += eps
-    locked.delta_spent += delta
+    item = Item(participant.id, rnd.study_id, key, frame_digest(frame), config_version, cost,
+                b64e(frame), "secagg")
+    if charge.charge_item(conn, item) is None:
+        fresh = session.get(Participant, participant.id, populate_existing=True)
+        assert fresh is not None
+        raise over_budget(fresh, cost) or ParticipantRevoked(
+            f"participant {fresh.name!r} was revoked")
 
 
 def participant_by_name(session: Session, name: str) -> Participant:

@@ -14,8 +14,9 @@ from coordinator_kit import ADMIN
 from sqlalchemy import bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from coordinator.db import driver_sql
 from coordinator.db.tables import Member, utcnow
-from coordinator.services import contributions, driver_sql
+from coordinator.services import contributions
 from coordinator.services.participants import revoke_participant
 from coordinator.services.studies import resign_all
 

@@ -16,8 +16,8 @@ from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import Credentials, ingest_token, member_or_admin
 from coordinator.config import Settings
 from coordinator.db.tables import Contribution
-from coordinator.ledger.charge import Stored
 from coordinator.ledger.refusals import record_refusal
+from coordinator.ledger.releases import Stored
 from coordinator.metrics import CONTRIBUTIONS, EPSILON_CHARGED
 from coordinator.services import contributions
 from coordinator.services.contributions import Outcome, Prepared

@@ -17,7 +17,7 @@ from coordinator.api.deps import (
 )
 from coordinator.api.onehop import in_one_hop
 from coordinator.config import Settings
-from coordinator.services import online
+from coordinator.services import online, online_model
 
 router = APIRouter(prefix="/studies", tags=["online"], route_class=AuthFirstRoute)
 
@@ -64,6 +64,6 @@ async def get_online_model(study_id: str, request: Request, creds: Credentials
 
     def work(session: Session, settings: Settings) -> OnlineModelPublic:
         study = study_reader(study_id, session, get_caller(session, settings, creds))
-        return online.model_public(session, study)
+        return online_model.model_public(session, study)
 
     return await in_one_hop(request, work)

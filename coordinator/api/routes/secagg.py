@@ -19,9 +19,8 @@ from coordinator.api.deps import (
     StudyMember,
     StudyReader,
 )
-from coordinator.services import secagg as rounds
-from coordinator.services import secagg_store as round_store
-from coordinator.services import secagg_views as round_views
+from coordinator.services import secagg, secagg_store, secagg_views
+from coordinator.services.secagg_phases import secure_params
 
 router = APIRouter(tags=["rounds"], route_class=AuthFirstRoute)
 
@@ -40,7 +39,7 @@ def register_identity_key(
 ) -> IdentityKeyCreate:
     """Register this participant's long-term Ed25519 identity key with a proof that it holds
     it (once; 422 bad proof; 409 another key, or a key another participant registered)."""
-    if not round_store.register_identity(session, participant, body, keys.key_id()):
+    if not secagg_store.register_identity(session, participant, body, keys.key_id()):
         response.status_code = status.HTTP_200_OK
     return body
 
@@ -51,15 +50,15 @@ def put_membership(
 ) -> SignedMembership:
     """Store the consortium-signed membership certificate of a secure study (admin; members
     verify its signature under the consortium key they pinned, the coordinator cannot sign)."""
-    params = rounds.secure_params(study)[1]
-    round_store.save_membership(session, study.id, params, body)
+    params = secure_params(study)[1]
+    secagg_store.save_membership(session, study.id, params, body)
     return body
 
 
 @router.get("/studies/{study_id}/membership")
 def get_membership(study: StudyMember, session: SessionDep) -> SignedMembership:
     """The study's membership certificate as uploaded (404 before one is)."""
-    signed = round_store.membership(session, study.id)
+    signed = secagg_store.membership(session, study.id)
     if signed is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no membership certificate uploaded")
     return signed
@@ -68,13 +67,13 @@ def get_membership(study: StudyMember, session: SessionDep) -> SignedMembership:
 @router.post("/studies/{study_id}/rounds", status_code=status.HTTP_201_CREATED)
 def open_round(study: StudyReader, session: SessionDep, _: AdminDep) -> RoundPublic:
     """Open the next release round of a secure study (admin)."""
-    return round_views.round_public(session, rounds.open_round(session, study))
+    return secagg_views.round_public(session, secagg.open_round(session, study))
 
 
 @router.get("/studies/{study_id}/rounds")
 def list_rounds(study: StudyReader, session: SessionDep) -> list[RoundPublic]:
     """Every attempt of every round of the study: cohort, survivors, status."""
-    return [round_views.round_public(session, r) for r in rounds.list_rounds(session, study.id)]
+    return [secagg_views.round_public(session, r) for r in secagg.list_rounds(session, study.id)]
 
 
 @router.get("/studies/{study_id}/rounds/current")
@@ -92,7 +91,7 @@ def current_round(
     ] = None,
 ) -> RoundState:
     """The current attempt, with the roster, unmask request and shares sealed for the caller."""
-    return round_views.round_state(session, keys, study, participant, known_roster)
+    return secagg_views.round_state(session, keys, study, participant, known_roster)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/advance")
@@ -100,7 +99,7 @@ def advance_round(
     number: int, study: StudyReader, session: SessionDep, keys: KeysDep, _: AdminDep
 ) -> RoundPublic:
     """Declare members that have not acted lost: publish, restart without them, or finish."""
-    return round_views.round_public(session, rounds.advance(session, keys, study, number))
+    return secagg_views.round_public(session, secagg.advance(session, keys, study, number))
 
 
 @router.post("/studies/{study_id}/rounds/{number}/shares")
@@ -114,8 +113,8 @@ def post_round_shares(
 ) -> RoundPublic:
     """Recover phase only: the shares the caller holds of the seeds of members lost after
     masking (signed JSON; refused unless the caller answered this attempt's unmask request)."""
-    rnd = rounds.post_message(session, keys, study, participant, number, "shares", body)
-    return round_views.round_public(session, rnd)
+    rnd = secagg.post_message(session, keys, study, participant, number, "shares", body)
+    return secagg_views.round_public(session, rnd)
 
 
 async def frame_body(request: Request) -> bytes:
@@ -158,5 +157,5 @@ def post_round_message(
     """A member's signed frame: ``keys`` (this attempt's X25519 key), ``masked`` (the masked
     vector and its sealed seed shares; charges the release to its ledger), ``unmask`` (its own
     self-mask seed)."""
-    rnd = rounds.post_message(session, keys, study, participant, number, step, frame)
-    return round_views.round_public(session, rnd)
+    rnd = secagg.post_message(session, keys, study, participant, number, step, frame)
+    return secagg_views.round_public(session, rnd)
