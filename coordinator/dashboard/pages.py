@@ -232,10 +232,11 @@ def study_page(session: Session, key_id: str, study_id: str) -> str:
     config = study_config(study)
     aggregate = session.get(Aggregate, study_id)
     charges = _study_charges(session, study_id)
+    cost = config.release_cost()
     facts = (f"<p>config v{study.config_version}, {len(config.features)} features, "
              f"{config.lsh.n_tables} LSH tables, grid: {config.grid_layout or 'none'}; each "
-             f"release costs ε {fmt(config.release_cost().epsilon)}, δ "
-             f"{fmt(config.release_cost().delta)}. Model v{aggregate.version if aggregate else 0}"
+             f"release costs ε {fmt(cost.epsilon)}, δ "
+             f"{fmt(cost.delta)}. Model v{aggregate.version if aggregate else 0}"
              f' from <b data-field="contributors">{aggregate.contributors if aggregate else 0}'
              "</b> contributing participant(s).</p>")
     if config.cohorts is not None:

@@ -16,11 +16,16 @@ class Holder(Protocol):
     """Whose budget is checked: a participant row, or the ingest route's caller."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """Named in the refusal."""
+
     @property
-    def spent(self) -> PrivacyBudget: ...
+    def spent(self) -> PrivacyBudget:
+        """Charged so far (the ledger's sum)."""
+
     @property
-    def cap(self) -> PrivacyBudget: ...
+    def cap(self) -> PrivacyBudget:
+        """The most that may be charged."""
 
 
 class ParticipantRevoked(FedodError):
