@@ -2,7 +2,7 @@
 
 The coordinator signs each study's :class:`StudyConfig` (public bounds, hash seed, detector and
 privacy parameters, version, expiry) with :mod:`common.signing`; participants accept a config
-only through :func:`common.signing.verify_config` (DESIGN 2).
+only through :func:`common.signing.verify_config` (docs/TRUST.md: who must be honest for what).
 
 The parameter sections and typed fields live in :mod:`common.params`.
 
@@ -10,21 +10,18 @@ Validation refuses settings that break privacy (zero epsilon, a grid released wi
 a sparse grid without delta) and logs a warning for settings that only hurt utility (more than
 10 epsilon per release), as OpenDP's ``loss_of`` does.
 
-Canonical JSON is UTF-8, keys sorted, no whitespace, decimals as strings, datetimes as
-ISO-8601 UTC with a ``Z`` suffix.
+Canonical JSON (:func:`common.canonical.canonical_json`, re-exported here) is what is signed.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
@@ -32,6 +29,7 @@ from pydantic import (
 )
 
 from common.budget import PrivacyBudget
+from common.canonical import canonical_json
 from common.cellkeys import MAX_KEY_BITS
 from common.cohorts.params import CohortParams
 from common.delta_floor import check_delta
@@ -110,7 +108,7 @@ class StudyConfig(_Model):
     )
     cohorts: CohortParams | None = Field(
         default=None,
-        description="Private cohort rounds (issue 9); null: none (omitted from the JSON).",
+        description="Private cohort rounds (docs/COHORTS.md); null: none (omitted from the JSON).",
     )
 
     @model_serializer(mode="wrap")
@@ -249,14 +247,6 @@ class StudyConfig(_Model):
         if self.grid is None:
             return None
         return "dense" if self.grid_cells <= self.grid.cell_limit else "sparse"
-
-
-def canonical_json(model: BaseModel | dict[str, Any]) -> bytes:
-    """Canonical UTF-8 JSON: sorted keys, no whitespace, decimals as strings, UTC ``Z``."""
-    doc = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
-    return json.dumps(
-        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
 
 
 def new_study_config(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -12,13 +13,32 @@ from common.cohorts.mechanism import DEFAULT_MAX_RECORDS
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import KMeansPlan
 from common.cohorts.protocol import KMeansProtocol, RoundProtocol
-from common.config import StudyConfig
+from common.params import LSHParams
 from common.secagg.params import AggregationParams
 
-__all__ = ["protocol_for", "protocol_of"]
+__all__ = ["CohortStudy", "protocol_for", "protocol_of"]
 
 
-def protocol_of(config: StudyConfig) -> RoundProtocol:
+class CohortStudy(Protocol):
+    """What a cohort run reads of its study: :class:`common.config.StudyConfig` has all of it
+    (stated here so that this package needs only the parameter sections, not the config that
+    assembles them)."""
+
+    @property
+    def study_id(self) -> str: ...
+    @property
+    def cohorts(self) -> CohortParams | None: ...
+    @property
+    def aggregation(self) -> AggregationParams | None: ...
+    @property
+    def lo(self) -> Sequence[float]: ...
+    @property
+    def hi(self) -> Sequence[float]: ...
+    @property
+    def lsh(self) -> LSHParams: ...
+
+
+def protocol_of(config: CohortStudy) -> RoundProtocol:
     """The protocol of a study config: its cohort section, box, seed and record bound
     (``aggregation.max_records``, or its default when the config has no aggregation
     section). ``ValueError`` for a study without cohorts."""

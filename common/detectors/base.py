@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
-from common.detectors import calibration
+import common.detectors.calibration as calibration
 from common.detectors.calibration import Calibrated
 
 Scores = NDArray[np.float64]

@@ -18,21 +18,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    from common.config import StudyConfig
+from common.hashing import LSHFamily
+from common.params import GridParams, LSHParams, PrivacyParams
+from common.secagg.params import AggregationParams
 
-__all__ = ["NoiseShare", "secure_parts", "noisy_secure_vector", "split_secure_sum"]
+__all__ = ["NoiseShare", "SecureStudy", "secure_parts", "noisy_secure_vector",
+           "split_secure_sum"]
 
 NoiseShare = Callable[[int, int, Decimal, int], NDArray[np.int64]]
 """``(n_cells, sensitivity, epsilon, h_min) -> one party's noise share per cell``."""
 
 
-def secure_parts(config: StudyConfig) -> list[tuple[str, int, int, Decimal]]:
+class SecureStudy(Protocol):
+    """What a secure round reads of its study: :class:`common.config.StudyConfig` has all of
+    it (stated here so that this package needs only the parameter sections, not the config
+    that assembles them)."""
+
+    @property
+    def study_id(self) -> str: ...
+    @property
+    def aggregation(self) -> AggregationParams | None: ...
+    @property
+    def privacy(self) -> PrivacyParams: ...
+    @property
+    def lsh(self) -> LSHParams: ...
+    @property
+    def grid(self) -> GridParams | None: ...
+    @property
+    def lsh_cells(self) -> int: ...
+    @property
+    def grid_cells(self) -> int: ...
+    @property
+    def secure_cells(self) -> int: ...
+    def lsh_family(self) -> LSHFamily: ...
+
+
+def secure_parts(config: SecureStudy) -> list[tuple[str, int, int, Decimal]]:
     """``(name, cells, sensitivity, epsilon)`` of each part of the secure vector, in order."""
     p = config.privacy
     parts = [("lsh", config.lsh_cells, config.lsh.n_tables, p.epsilon_lsh)]
@@ -42,7 +68,7 @@ def secure_parts(config: StudyConfig) -> list[tuple[str, int, int, Decimal]]:
 
 
 def noisy_secure_vector(
-    config: StudyConfig,
+    config: SecureStudy,
     lsh: NDArray[np.int64],
     grid: NDArray[np.int64] | None,
     noise_share: NoiseShare,
@@ -67,7 +93,7 @@ def noisy_secure_vector(
 
 
 def split_secure_sum(
-    config: StudyConfig, total: NDArray[np.int64]
+    config: SecureStudy, total: NDArray[np.int64]
 ) -> tuple[NDArray[np.int64], NDArray[np.int64] | None]:
     """The revealed sum cut back into the LSH vector and the dense grid (None without one)."""
     sizes = [cells for _, cells, _, _ in secure_parts(config)]
