@@ -58,6 +58,7 @@ from common.config import StudyConfig
 from common.errors import ReleaseOutOfBounds
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.params import AggregationParams
+from common.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
 
 __all__ = ["MAX_ROWS_PER_ID", "ReleaseBounds", "release_bounds", "check_lsh", "check_grid"]
 
@@ -135,8 +136,7 @@ def _bounds(config: StudyConfig, beta: float) -> ReleaseBounds:
     lsh_scale = _scale(n_tables * MAX_ROWS_PER_ID, p.epsilon_lsh)
     dense_cells = config.lsh_cells + (config.grid_cells if config.grid_layout == "dense" else 0)
     union = dense_cells + (_SPARSE_UNION if config.grid_layout == "sparse" else 0)
-    offsets = [int(v) for v in config.lsh_family().offsets]
-    tables = tuple(zip(offsets[:-1], offsets[1:], strict=True))
+    tables = table_spans(config.lsh_family().offsets)
     per_total = beta / 2 / (len(tables) + 1)
     grid_scale, grid_tail, grid_total_tail, threshold = 0.0, 0, 0, 0
     if config.grid_layout == "dense":
@@ -190,8 +190,7 @@ def _totals(values: NDArray[np.int64], bounds: ReleaseBounds, exact: bool) -> ND
     """Each table's total: int64, or exact Python ints when a sum might leave int64."""
     if not exact:
         return np.add.reduceat(values, bounds.starts)
-    big = values.astype(object)
-    return np.array([big[a:b].sum() for a, b in bounds.tables], dtype=object)
+    return np.array(exact_totals(values, bounds.tables), dtype=object)
 
 
 def check_lsh(bounds: ReleaseBounds, values: NDArray[np.int64],
@@ -205,7 +204,7 @@ def check_lsh(bounds: ReleaseBounds, values: NDArray[np.int64],
     dense = grid is not None and bounds.grid_layout == "dense"
     exact = not _fits(values) or (grid is not None and dense and not _fits(grid))
     totals, tails = _totals(values, bounds, exact), bounds.tail_array
-    saturated = np.maximum.reduceat(values, bounds.starts) >= r - b
+    saturated = saturated_tables(values, bounds.starts, r - b)
     tables = totals.size
     if grid is not None and dense:
         grid_total = grid.astype(object).sum() if exact else grid.sum()
@@ -225,10 +224,12 @@ def _check_totals(totals: NDArray[Any], tails: NDArray[np.int64], saturated: NDA
     upper, lower = totals + tails, totals - tails
     hi = int(np.argmin(np.where(saturated, upper.max(), upper)))  # X <= upper[hi]
     lo = int(np.argmax(lower))  # X >= lower[lo]
-    if lower[lo] <= upper[hi]:
-        return
     first, second = int(totals[lo]), int(totals[hi])
     bound = int(tails[lo]) + int(tails[hi])
+    # X exists iff lower[lo] <= upper[hi], i.e. table lo's total is within the two tails of
+    # unsaturated table hi's (it cannot fall short by more: lower[lo] is the largest)
+    if not outside_tail(first, second, bound, bool(saturated[lo])):
+        return
     raise ReleaseOutOfBounds(
         f"{names(lo)}'s total {first} and {names(hi)}'s total {second} differ by "
         f"{first - second}; the public bound is {bound} (every record is in exactly one cell "

@@ -49,11 +49,11 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from common.config import StudyConfig
 from common.errors import SecureSumRejected
 from common.noise.scale import laplace_scale
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
-from common.secagg.vector import secure_parts
+from common.secagg.vector import SecureStudy, secure_parts
+from common.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
 
 __all__ = ["check_secure_sum", "SumBounds", "sum_bounds"]
 
@@ -65,7 +65,7 @@ _NEXT = ("The sum is not merged and the model keeps its last value; the members 
 class SumBounds:
     """The public bounds a revealed sum of ``members`` vectors must meet (see the module)."""
 
-    def __init__(self, config: StudyConfig, members: int, beta: float) -> None:
+    def __init__(self, config: SecureStudy, members: int, beta: float) -> None:
         params = config.aggregation
         if params is None or params.h_min is None:
             raise ValueError(f"study {config.study_id} does not use secure aggregation")
@@ -80,8 +80,8 @@ class SumBounds:
             name: laplace_tail(s, draws=math.ceil(per_cell), beta=beta / 4 / cells)
             for name, s in self.scale.items()
         }
-        offsets = [int(v) for v in config.lsh_family().offsets]
-        self.tables = list(zip(offsets[:-1], offsets[1:], strict=True))
+        self.starts = config.lsh_family().offsets[:-1]
+        self.tables = list(table_spans(config.lsh_family().offsets))
         self._per_cell, self._beta = per_cell, beta
         self.grid_tail = 0
         if "grid" in self.scale:
@@ -104,7 +104,7 @@ class SumBounds:
         return self.max_records - self.cell_tail[part]
 
 
-def sum_bounds(config: StudyConfig, members: int, beta: float = FAILURE_PROBABILITY
+def sum_bounds(config: SecureStudy, members: int, beta: float = FAILURE_PROBABILITY
                ) -> SumBounds:
     return SumBounds(config, members, beta)
 
@@ -126,26 +126,21 @@ def _check_range(bounds: SumBounds, name: str, values: NDArray[np.int64], start:
             "range)", cell=start + cell, value=int(values[cell]), low=lo, high=hi)
 
 
-def _totals(values: NDArray[np.int64], spans: list[tuple[int, int]]) -> list[int]:
-    big = values.astype(object)  # exact: no int64 overflow however many cells
-    return [int(big[a:b].sum()) for a, b in spans]
-
-
 def _check_tables(bounds: SumBounds, lsh: NDArray[np.int64]) -> list[tuple[int, int]]:
     """Each table's total against the mean of the other unsaturated tables (|noise| within the
     tail of its own total plus the tail of the others' summed total over their number).
     Returns ``(total, cells)`` of the unsaturated tables."""
-    totals = _totals(lsh, bounds.tables)
+    totals = exact_totals(lsh, bounds.tables)
     sizes = [b - a for a, b in bounds.tables]
-    floor = bounds.saturated_from("lsh")
-    free = [j for j, (a, b) in enumerate(bounds.tables) if not np.any(lsh[a:b] >= floor)]
+    saturated = saturated_tables(lsh, bounds.starts, bounds.saturated_from("lsh"))
+    free = [j for j in range(len(totals)) if not saturated[j]]
     for j, own in enumerate(totals):
         others = [i for i in free if i != j]
         if not others:
             continue
         mean, tail = _mean_and_tail(bounds, [(totals[i], sizes[i]) for i in others])
         tail += bounds.lsh_tail(sizes[j])
-        if own - mean > tail or (j in free and mean - own > tail):
+        if outside_tail(own, mean, tail, bool(saturated[j])):
             raise _reject(
                 f"revealed sum rejected: LSH table {j} totals {own} but the other tables with "
                 f"no cell near max_records (nothing clipped) total {float(mean):.1f} on "
@@ -172,7 +167,7 @@ def _check_grid(bounds: SumBounds, grid: NDArray[np.int64], free: list[tuple[int
     grid_clipped = bool(np.any(grid >= bounds.saturated_from("grid")))
     mean, tail = _mean_and_tail(bounds, free)
     tail += bounds.grid_tail
-    if total - mean > tail or (not grid_clipped and mean - total > tail):
+    if outside_tail(total, mean, tail, grid_clipped):
         raise _reject(
             f"revealed sum rejected: the grid totals {total} but the LSH tables with no cell "
             f"near max_records total {float(mean):.1f} on average; every record is in one grid "
@@ -182,7 +177,7 @@ def _check_grid(bounds: SumBounds, grid: NDArray[np.int64], free: list[tuple[int
 
 
 def check_secure_sum(
-    config: StudyConfig, total: NDArray[np.int64], members: int,
+    config: SecureStudy, total: NDArray[np.int64], members: int,
     *, beta: float = FAILURE_PROBABILITY,
 ) -> None:
     """Raise :class:`~common.errors.SecureSumRejected` (reason in ``.message``) if the revealed
