@@ -53,21 +53,9 @@ from common.params import (
 )
 from common.secagg.params import AggregationParams, modulus_bits
 
-__all__ = [
-    "MAX_GRID_CELL_LIMIT",
-    "UTILITY_EPSILON_WARNING",
-    "MAX_DELTA",
-    "Epsilon",
-    "Delta",
-    "StudyId",
-    "FeatureSpec",
-    "LSHParams",
-    "GridParams",
-    "PrivacyParams",
-    "StudyConfig",
-    "canonical_json",
-    "new_study_config",
-]
+__all__ = ["MAX_GRID_CELL_LIMIT", "UTILITY_EPSILON_WARNING", "MAX_DELTA", "Epsilon", "Delta",
+           "StudyId", "FeatureSpec", "LSHParams", "GridParams", "PrivacyParams", "StudyConfig",
+           "canonical_json", "new_study_config"]
 
 logger = logging.getLogger(__name__)
 

@@ -8,10 +8,9 @@ is bit ``k`` (little-endian) of the bucket index ``g_j(x)`` in ``[0, 2**l_j)``.
 
 Every participant must derive the *same* functions from the same inputs, whatever its numpy
 version, so nothing here uses numpy's ``Generator`` distributions. All randomness comes from
-a SHA-256 counter-mode stream keyed by ``(seed, d, n_tables, sample_size)``: block ``t`` is
-``sha256(key || t as 8-byte little-endian)``, read as little-endian 64-bit words, and a
-uniform float in ``[0, 1)`` is ``u = (word >> 11) * 2**-53``; ``U(a, b) = a + (b - a) u``,
-a feature is ``floor(u * d)``. The key is ``"fedod-lsh-stream/1\0" || len(seed) (u32 LE) ||
+a SHA-256 counter-mode stream (:class:`common.seeded.Sha256Stream`) keyed by
+``(seed, d, n_tables, sample_size)``; ``U(a, b) = a + (b - a) u``, a feature is
+``floor(u * d)``. The key is ``"fedod-lsh-stream/1\0" || len(seed) (u32 LE) ||
 seed || d (u32) || n_tables (u32) || sample_size (u64)``. Draws are consumed in a fixed order
 (per table: ``f``, ``l``, then per bit: feature, cut), so the result depends on nothing but
 the inputs. The functions are public; privacy comes from the noise added to the counts
@@ -39,34 +38,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from common.seeded import Sha256Stream, as_bounds
+
 FORMAT_VERSION = 1
 _STREAM_TAG = b"fedod-lsh-stream/1\x00"
 _DIGEST_TAG = b"fedod-lsh-family/1\x00"
 _CHUNK_ROWS = 2048
 _MAX_BITS = 40
-
-
-class _Sha256Stream:
-    """Uniform floats from SHA-256 in counter mode (53-bit resolution)."""
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-        self._counter = 0
-        self._words: list[int] = []
-
-    def uniform(self) -> float:
-        if not self._words:
-            block = hashlib.sha256(self._key + self._counter.to_bytes(8, "little")).digest()
-            self._counter += 1
-            self._words = list(struct.unpack("<4Q", block))[::-1]
-        return (self._words.pop() >> 11) * 2.0**-53
-
-    def between(self, a: float, b: float) -> float:
-        return a + (b - a) * self.uniform()
-
-    def below(self, n: int) -> int:
-        """Integer in ``[0, n)`` as ``floor(u * n)``; bias at most ``n / 2**53``."""
-        return min(int(self.uniform() * n), n - 1)
 
 
 def _acc_type(width: int) -> type[np.unsignedinteger[Any]]:
@@ -76,7 +54,7 @@ def _acc_type(width: int) -> type[np.unsignedinteger[Any]]:
     return np.uint32 if width <= 32 else np.uint64
 
 
-def _table_bits(stream: _Sha256Stream, sample_size: int) -> int:
+def _table_bits(stream: Sha256Stream, sample_size: int) -> int:
     s = float(sample_size)
     a, b = 1.0 / math.sqrt(s), 1.0 - 1.0 / math.sqrt(s)
     f = stream.between(min(a, b), max(a, b))
@@ -84,21 +62,6 @@ def _table_bits(stream: _Sha256Stream, sample_size: int) -> int:
     a, b = 1.0 + 0.5 * big_l, big_l
     length = stream.between(min(a, b), max(a, b))
     return max(1, min(_MAX_BITS, math.floor(length + 0.5)))
-
-
-def _as_bounds(lo: ArrayLike, hi: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    lo_a = np.array(lo, dtype=np.float64).ravel()
-    hi_a = np.array(hi, dtype=np.float64).ravel()
-    if lo_a.shape != hi_a.shape or lo_a.size == 0:
-        raise ValueError(f"lo and hi must be non-empty and of equal length, got {lo_a.shape}"
-                         f" and {hi_a.shape}")
-    if not (np.all(np.isfinite(lo_a)) and np.all(np.isfinite(hi_a))):
-        raise ValueError("bounds must be finite")
-    if np.any(lo_a > hi_a):
-        raise ValueError("every lower bound must be <= its upper bound")
-    lo_a.setflags(write=False)
-    hi_a.setflags(write=False)
-    return lo_a, hi_a
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,7 +249,7 @@ def derive_lsh_family(
         raise ValueError(f"n_tables must be >= 1, got {n_tables}")
     if sample_size < 2:
         raise ValueError(f"sample_size must be >= 2, got {sample_size}")
-    lo_a, hi_a = _as_bounds(lo, hi)
+    lo_a, hi_a = as_bounds(lo, hi)
     d = lo_a.shape[0]
     key = (
         _STREAM_TAG
@@ -294,7 +257,7 @@ def derive_lsh_family(
         + bytes(seed)
         + struct.pack("<IIQ", d, n_tables, sample_size)
     )
-    stream = _Sha256Stream(key)
+    stream = Sha256Stream(key)
     bits: list[int] = []
     feats: list[list[int]] = []
     cuts: list[list[float]] = []

@@ -19,8 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.budget import EPSILON_QUANTUM, PrivacyBudget
-from common.hashing import _as_bounds
 from common.noise.scale import discrete_laplace_sd
+from common.seeded import as_bounds
 
 __all__ = ["DPMBudget", "DPMPlan", "Leaf", "TreeState", "node_dims", "tree_state"]
 
@@ -97,7 +97,7 @@ class DPMPlan:
     declared_n: int | None = None
 
     def __post_init__(self) -> None:
-        lo, hi = _as_bounds(self.lo, self.hi)
+        lo, hi = as_bounds(self.lo, self.hi)
         if not np.all(hi > lo):
             raise ValueError("every upper bound must be > its lower bound")
         object.__setattr__(self, "lo", lo)

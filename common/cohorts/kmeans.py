@@ -58,7 +58,7 @@ from numpy.typing import ArrayLike, NDArray
 from common.budget import PrivacyBudget
 from common.cohorts.mechanism import kmeans_round
 from common.cohorts.plan import KMeansPlan, count_floor, split_epsilon
-from common.hashing import _as_bounds, _Sha256Stream
+from common.seeded import Sha256Stream, as_bounds
 
 __all__ = [
     "KMeansPlan",
@@ -87,7 +87,7 @@ def initial_centroids(seed: bytes, n_centroids: int, lo: ArrayLike, hi: ArrayLik
     len(seed) (u32 LE) || seed || n_centroids (u32) || d (u32)``; coordinates are drawn row by
     row as ``lo_j + (hi_j - lo_j) * u``.
     """
-    lo_a, hi_a = _as_bounds(lo, hi)
+    lo_a, hi_a = as_bounds(lo, hi)
     if not isinstance(seed, bytes) or not seed:
         raise ValueError("seed must be non-empty bytes")
     if isinstance(n_centroids, bool) or not isinstance(n_centroids, int) or n_centroids < 1:
@@ -95,7 +95,7 @@ def initial_centroids(seed: bytes, n_centroids: int, lo: ArrayLike, hi: ArrayLik
     d = lo_a.size
     key = (_INIT_TAG + len(seed).to_bytes(4, "little") + seed
            + n_centroids.to_bytes(4, "little") + d.to_bytes(4, "little"))
-    stream = _Sha256Stream(key)
+    stream = Sha256Stream(key)
     return np.array([[stream.between(float(lo_a[j]), float(hi_a[j])) for j in range(d)]
                      for _ in range(n_centroids)], dtype=np.float64)
 

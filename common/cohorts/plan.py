@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget
-from common.hashing import _as_bounds
+from common.seeded import as_bounds
 
 __all__ = ["KMeansPlan", "SCHEDULES", "SUM_NOISES", "count_floor", "round_weights",
            "split_delta", "split_epsilon"]
@@ -73,7 +73,7 @@ class KMeansPlan:
     declared_n: int | None = None
 
     def __post_init__(self) -> None:
-        lo, hi = _as_bounds(self.lo, self.hi)
+        lo, hi = as_bounds(self.lo, self.hi)
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         for name, low, high in (("k", 1, 10_000), ("over", 1, 100), ("rounds", 1, 1000),

@@ -15,7 +15,7 @@ from sklearn.metrics import roc_auc_score
 import common.detectors.lsh_itables as lsh_module
 import common.release as release_module
 from common.detectors import BaseDetector, GridKNN, LSHiTables, NotFittedError
-from common.detectors.grid_knn import knn_grid_scores
+from common.detectors.grid_scores import knn_grid_scores
 from common.detectors.lsh_itables import _subsample_histogram, cell_scores
 from common.grid import GridSpec
 from common.hashing import derive_lsh_family

@@ -22,7 +22,8 @@ from common.cellkeys import (
     union_keys,
 )
 from common.config import FeatureSpec, GridParams, PrivacyParams, StudyConfig, new_study_config
-from common.detectors.grid_knn import GridKNN, knn_grid_scores
+from common.detectors.grid_knn import GridKNN
+from common.detectors.grid_scores import knn_grid_scores
 from common.encoding import decode_counts, encode_release
 from common.grid import GridSpec, derive_projection
 from common.hashing import derive_lsh_family
