@@ -11,12 +11,12 @@ from common.cohorts.model import CohortModel
 from common.errors import NotFound
 from coordinator.dashboard.pages import _header, _table, page
 from coordinator.db.tables import Study
-from coordinator.services import cohorts
+from coordinator.services import cohorts, cohorts_views
 
 
 def _round_rows(session: Session, study_id: str) -> list[str]:
     rows = []
-    for rnd in cohorts.rounds_of(session, study_id):
+    for rnd in cohorts_views.rounds_of(session, study_id):
         sent = cohorts.senders(session, study_id, rnd.number)
         waiting = sorted(set(cohorts.expected(rnd)) - set(sent))
         rows.append(
@@ -48,9 +48,9 @@ def cohorts_page(session: Session, key_id: str, study_id: str) -> str:
     if study is None:
         raise NotFound(f"no study {study_id!r}")
     config, params, protocol = cohorts.cohort_setup(study)
-    result = cohorts.result_of(session, study_id)
+    result = cohorts_views.result_of(session, study_id)
     rounds = _round_rows(session, study_id)
-    last = cohorts.rounds_of(session, study_id)[-1] if rounds else None
+    last = cohorts_views.rounds_of(session, study_id)[-1] if rounds else None
     status = ("done" if result else "not started" if last is None
               else "failed (the last round says why)" if last.status == "failed"
               else f"round {len(rounds)} open")

@@ -66,15 +66,6 @@ def cohort_setup(study: Study) -> tuple[StudyConfig, CohortParams, RoundProtocol
     return config, config.cohorts, protocol_of(config)
 
 
-def rounds_of(session: Session, study_id: str) -> list[CohortRound]:
-    query = select(CohortRound).where(CohortRound.study_id == study_id)
-    return list(session.scalars(query.order_by(CohortRound.number)))
-
-
-def result_of(session: Session, study_id: str) -> CohortResult | None:
-    return session.get(CohortResult, study_id)
-
-
 def senders(session: Session, study_id: str, number: int) -> list[str]:
     rows = session.execute(
         select(Participant.name)

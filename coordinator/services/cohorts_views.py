@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.cohorts.protocol import CohortState
 from common.cohorts.schemas import CohortRoundPublic, CohortsPublic
-from coordinator.db.cohorts import CohortRound
+from coordinator.db.cohorts import CohortResult, CohortRound
 from coordinator.db.tables import Study
 from coordinator.services import cohorts
+
+
+def rounds_of(session: Session, study_id: str) -> list[CohortRound]:
+    query = select(CohortRound).where(CohortRound.study_id == study_id)
+    return list(session.scalars(query.order_by(CohortRound.number)))
+
+
+def result_of(session: Session, study_id: str) -> CohortResult | None:
+    return session.get(CohortResult, study_id)
 
 
 def round_public(session: Session, rnd: CohortRound) -> CohortRoundPublic:
@@ -23,15 +33,15 @@ def round_public(session: Session, rnd: CohortRound) -> CohortRoundPublic:
 def cohorts_public(session: Session, study: Study) -> CohortsPublic:
     """The run as everyone may see it: released and public values only."""
     _, params, protocol = cohorts.cohort_setup(study)
-    history = [round_public(session, r) for r in cohorts.rounds_of(session, study.id)]
-    result = cohorts.result_of(session, study.id)
+    history = [round_public(session, r) for r in rounds_of(session, study.id)]
+    result = result_of(session, study.id)
     base = CohortsPublic(study_id=study.id, method=params.method, rounds=protocol.rounds,
                          status="not_started", history=history)
     if result is not None:
         return base.model_copy(update={"status": "done", "model": json.loads(result.model)})
     if not history:
         return base
-    current = cohorts.rounds_of(session, study.id)[-1]
+    current = rounds_of(session, study.id)[-1]
     if current.status == "failed":  # the run could not go on: the reason is in its detail
         return base.model_copy(update={"status": "failed"})
     return base.model_copy(update={"status": "running", "round": current.number,
