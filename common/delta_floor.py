@@ -1,4 +1,4 @@
-"""The delta floor: the one rule every (epsilon, delta) release of a study obeys (issue 25, 6).
+"""The delta floor: the one rule every (epsilon, delta) release of a study obeys.
 
 A delta is the probability that a release's epsilon guarantee fails outright; it must be far
 below the chance of singling out one of the study's records. Every delta a config produces

@@ -1,7 +1,7 @@
 """Aggregation of released count vectors: a pure, exact sum (the coordinator's only maths).
 
-The global model is the cell-wise sum of every participant's noisy histogram (DESIGN 1.1).
-Sums are exact ``int64``; an overflow is reported, never wrapped.
+The global model is the cell-wise sum of every participant's noisy histogram (README.md,
+"Architecture"). Sums are exact ``int64``; an overflow is reported, never wrapped.
 """
 
 from __future__ import annotations

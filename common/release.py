@@ -48,7 +48,7 @@ class Release:
     """One noisy release, drawn once: the values are read-only and never re-noised.
 
     A retried upload re-sends this same object's encoding; drawing again would double the
-    privacy cost (DESIGN 2).
+    privacy cost.
 
     Attributes
     ----------

@@ -1,5 +1,5 @@
-"""Poisoning bounds of independent LSH and grid releases (issue 25): what an honest release
-can hold, from public parameters only. Pure: no I/O, no clock.
+"""Poisoning bounds of independent LSH and grid releases: what an honest release can hold,
+from public parameters only. Pure: no I/O, no clock.
 
 An honest participant releases exact counts plus discrete Laplace noise
 (:mod:`common.release`). With ``R = aggregation.max_records`` (the public per-participant

@@ -4,7 +4,8 @@ The coordinator signs the canonical JSON of a :class:`~common.config.StudyConfig
 signature covers ``SIGNING_CONTEXT + payload bytes``. Participants pin the coordinator's key
 fingerprint at enrolment and accept a config only through :func:`verify_config`, which refuses
 a bad signature or foreign key, an expired config, a version older than one already seen, and
-an LSH digest that does not match the hash functions re-derived from the seed (DESIGN 2).
+an LSH digest that does not match the hash functions re-derived from the seed
+(docs/TRUST.md: who holds which key).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Private cohort profiles (issue 9).
+"""Private cohort profiles (docs/COHORTS.md).
 
 - :mod:`common.cohorts.kmeans`: federated DP k-means with cluster fusion (DP-KCCM) as pure
   functions over what participants release: seed-derived initial centroids, one

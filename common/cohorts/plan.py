@@ -1,4 +1,4 @@
-"""Public parameters of a private k-means study and its exact budget split (issue 9).
+"""Public parameters of a private k-means study and its exact budget split (docs/COHORTS.md).
 
 Everything here is public (signed config): the box, ``k``, the fusion factor, the rounds,
 each participant's epsilon and how it is split; see :mod:`common.cohorts.kmeans` for the

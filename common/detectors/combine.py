@@ -3,8 +3,8 @@
 Each detector's scores become rank percentiles within the participant's own file (average
 rank of ties divided by ``n``, in ``(0, 1]``, 1 = most outlying), so detectors on different
 scales are comparable; the combined score is their weighted mean. With equal weights this is
-the mean of ranks used before issue 9, where a noise-dominated detector (the grid on most
-data) pulls the combination below the best detector alone.
+the plain mean of ranks, where a noise-dominated detector (the grid on most data) pulls the
+combination below the best detector alone.
 
 Weights from public inputs only (:func:`public_weights`)
 --------------------------------------------------------

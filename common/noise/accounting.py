@@ -1,4 +1,7 @@
-"""Trust assumption and privacy accounting of a secure-aggregation study (issue 11, item 3).
+"""Trust assumption and privacy accounting of a secure-aggregation study.
+
+README.md ("Distributed noise, trust assumption and table choice") and docs/TRUST.md tell
+the same for a reader outside the code.
 
 Threat model
 ------------

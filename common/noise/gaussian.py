@@ -1,4 +1,4 @@
-"""Discrete Gaussian noise for the DPM leaf histograms (issue 9, ``leaf_noise="gaussian"``)
+"""Discrete Gaussian noise for the DPM leaf histograms (``leaf_noise="gaussian"``, docs/COHORTS.md)
 and the k-means per-cluster sums (``sum_noise="gaussian"``, :mod:`common.cohorts.kmeans`).
 
 Why. A leaf's histograms cover all ``d`` features; one record adds 1 to one interval of each,

@@ -1,4 +1,4 @@
-"""Table count and size chosen for the noise, from public inputs only (issue 11, item 4).
+"""Table count and size chosen for the noise, from public inputs only.
 
 Inputs are all public and declared by the administrator before any data is seen: the
 per-release ``epsilon``, the aggregation mode, the cohort size ``p`` (and ``h_min`` for

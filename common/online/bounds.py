@@ -1,7 +1,8 @@
 """Poisoning bounds of streaming releases: the largest l2 norm an honest noisy sum can have.
 
 Every input of a streaming release is public except the records, and the records are
-projected into the ball of radius ``M = radius_x`` before they are used (issue 25 item 3):
+projected into the ball of radius ``M = radius_x`` before they are used
+(:func:`common.online.learner.project_ball`):
 
 - **gradient release** of ``count`` queried slots: each slot adds a hinge subgradient ``-y x``
   or ``0`` with ``||x|| <= M`` (centred records are projected again), so the exact sum has norm

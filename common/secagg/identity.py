@@ -1,4 +1,4 @@
-"""Proof of possession of a participant's long-term identity key (issue 25, item 8).
+"""Proof of possession of a participant's long-term identity key (docs/TRUST.md).
 
 A participant registers its Ed25519 identity key with a signature, made with that key, over a
 context naming the coordinator (the fingerprint of its signing key, which the participant

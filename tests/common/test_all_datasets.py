@@ -1,4 +1,4 @@
-"""No shared benchmark dataset makes a detector raise with its default settings (issue 8)."""
+"""No shared benchmark dataset makes a detector raise with its default settings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Federated DPM cohort tree (common.cohorts.dpm, issue 9 item 2)."""
+"""Federated DPM cohort tree (common.cohorts.dpm)."""
 
 from __future__ import annotations
 

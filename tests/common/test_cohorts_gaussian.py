@@ -1,4 +1,4 @@
-"""Gaussian leaf histograms of the DPM tree (common.noise.gaussian, issue 9 item 3).
+"""Gaussian leaf histograms of the DPM tree (common.noise.gaussian).
 
 One record moves a leaf release's histograms by 1 on one interval of each of the ``d``
 features: L2 sensitivity ``sqrt(d)``. The discrete Gaussian (OpenDP) is charged as

@@ -1,4 +1,4 @@
-"""Federated DP k-means with fusion (common.cohorts.kmeans, issue 9)."""
+"""Federated DP k-means with fusion (common.cohorts.kmeans)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gaussian per-cluster sums of the federated DP k-means (``sum_noise="gaussian"``, issue 9):
+"""Gaussian per-cluster sums of the federated DP k-means (``sum_noise="gaussian"``):
 L2 sensitivity, a statistical test on neighbouring datasets for one round, exact ledgers."""
 
 from __future__ import annotations

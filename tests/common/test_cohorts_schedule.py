@@ -1,4 +1,4 @@
-"""DP-KCCM's adaptive budget split (common.cohorts.plan.round_weights, issue 9 item 1).
+"""DP-KCCM's adaptive budget split (common.cohorts.plan.round_weights).
 
 The split is fixed by public inputs (the number of rounds and the schedule's name in the
 signed config) and must charge exactly the configured epsilon over the rounds.

@@ -1,4 +1,4 @@
-"""The delta floor (issue 25, item 6): one public ceiling on every delta a config produces.
+"""The delta floor (common.delta_floor): one public ceiling on every delta a config produces.
 
 A sparse grid's delta_grid, an online study's delta_gradient and a cohort study's Gaussian
 delta 1/(n sqrt n) are each refused at config check above ``MAX_RELEASE_DELTA``; at the

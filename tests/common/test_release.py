@@ -180,7 +180,7 @@ def test_release_from_accumulated_counts_checks_shape_and_carries_cost() -> None
 @pytest.mark.parametrize("sensitivity", [1, 3, 100])
 def test_count_noise_never_charges_less_than_the_map(epsilon: str, sensitivity: int) -> None:
     """The scale is rounded up, so OpenDP's map (rounded up itself) stays within epsilon
-    exactly: no float slack between what is spent and what is charged (issue 15, low)."""
+    exactly: no float slack between what is spent and what is charged."""
     meas = make_count_noise(sensitivity, epsilon)
     assert Decimal(meas.map(sensitivity)) <= Decimal(epsilon)
     assert Decimal(meas.map(sensitivity)) >= Decimal(epsilon) * (1 - Decimal("1e-12"))

@@ -1,5 +1,6 @@
-"""The revealed-sum check (issue 25): honest sums pass, pokes past the noise tail are refused,
-and any in-range int64 vector gets either a pass or the refusal, never another error."""
+"""The revealed-sum check (common.secagg.checks): honest sums pass, pokes past the noise tail
+are refused, and any in-range int64 vector gets either a pass or the refusal, never another
+error."""
 
 from __future__ import annotations
 

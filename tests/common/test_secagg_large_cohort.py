@@ -1,5 +1,5 @@
-"""Issue 25 item 10: a cohort beyond 255 members (Shamir indices past one byte) recovers a
-lost member's self seed from the other members' shares."""
+"""A cohort beyond 255 members (Shamir indices past one byte) recovers a lost member's
+self seed from the other members' shares."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Grids with more cells than 64 bits can number: wide keys end to end, config checks,
-projections, and records in the extreme cells (issue 15 item 1, issue 8 item 2)."""
+projections, and records in the extreme cells."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_projection_comes_from_the_public_seed() -> None:
                                                     (64, 4), (200, 1024)])
 def test_records_in_extreme_cells_are_released(n_features: int, bins: int) -> None:
     """Records in the first, last and other far cells: the release, its wire form and the
-    merge never fail because of where the records lie (issue 15: no data-dependent crash)."""
+    merge never fail because of where the records lie (no data-dependent crash)."""
     cfg = study(n_features, bins, cell_limit=1000)
     spec = cfg.grid_spec()
     assert spec is not None
