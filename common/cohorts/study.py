@@ -24,18 +24,15 @@ class CohortStudy(Protocol):
     (stated here so that this package needs only the parameter sections, not the config that
     assembles them)."""
 
-    @property
-    def study_id(self) -> str: ...
-    @property
-    def cohorts(self) -> CohortParams | None: ...
-    @property
-    def aggregation(self) -> AggregationParams | None: ...
+    study_id: str
+    cohorts: CohortParams | None
+    aggregation: AggregationParams | None
+    lsh: LSHParams
+
     @property
     def lo(self) -> Sequence[float]: ...
     @property
     def hi(self) -> Sequence[float]: ...
-    @property
-    def lsh(self) -> LSHParams: ...
 
 
 def protocol_of(config: CohortStudy) -> RoundProtocol:

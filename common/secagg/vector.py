@@ -39,16 +39,12 @@ class SecureStudy(Protocol):
     it (stated here so that this package needs only the parameter sections, not the config
     that assembles them)."""
 
-    @property
-    def study_id(self) -> str: ...
-    @property
-    def aggregation(self) -> AggregationParams | None: ...
-    @property
-    def privacy(self) -> PrivacyParams: ...
-    @property
-    def lsh(self) -> LSHParams: ...
-    @property
-    def grid(self) -> GridParams | None: ...
+    study_id: str
+    aggregation: AggregationParams | None
+    privacy: PrivacyParams
+    lsh: LSHParams
+    grid: GridParams | None
+
     @property
     def lsh_cells(self) -> int: ...
     @property
