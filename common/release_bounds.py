@@ -56,6 +56,7 @@ from numpy.typing import NDArray
 
 from common.config import StudyConfig
 from common.errors import ReleaseOutOfBounds
+from common.noise.scale import grid_sensitivity, lsh_sensitivity
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.params import AggregationParams
 from common.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
@@ -133,18 +134,18 @@ def _bounds(config: StudyConfig, beta: float) -> ReleaseBounds:
     p = config.privacy
     records = (config.aggregation or AggregationParams()).max_records
     n_tables = config.lsh.n_tables
-    lsh_scale = _scale(n_tables * MAX_ROWS_PER_ID, p.epsilon_lsh)
+    lsh_scale = _scale(lsh_sensitivity(n_tables, MAX_ROWS_PER_ID), p.epsilon_lsh)
     dense_cells = config.lsh_cells + (config.grid_cells if config.grid_layout == "dense" else 0)
     union = dense_cells + (_SPARSE_UNION if config.grid_layout == "sparse" else 0)
     tables = table_spans(config.lsh_family().offsets)
     per_total = beta / 2 / (len(tables) + 1)
     grid_scale, grid_tail, grid_total_tail, threshold = 0.0, 0, 0, 0
     if config.grid_layout == "dense":
-        grid_scale = _scale(MAX_ROWS_PER_ID, p.epsilon_grid)
+        grid_scale = _scale(grid_sensitivity(MAX_ROWS_PER_ID), p.epsilon_grid)
         grid_tail = laplace_tail(grid_scale, beta=beta / 2 / union)
         grid_total_tail = polya_sum_tail(grid_scale, config.grid_cells, beta=per_total)
     elif config.grid_layout == "sparse":
-        grid_scale = _scale(1, p.epsilon_grid)
+        grid_scale = _scale(grid_sensitivity(), p.epsilon_grid)
         grid_tail = laplace_tail(grid_scale, beta=beta / 2 / union)
         threshold = _threshold(p.epsilon_grid, p.delta_grid)
     table_tails = tuple(_sum_tail(lsh_scale, b - a, per_total) for a, b in tables)

@@ -9,8 +9,8 @@ release is drawn; this package imports the pure ones.
 - :mod:`common.noise.gradient`: Gaussian noise of streaming gradient sums (OpenDP).
 - :mod:`common.noise.polya`: exact Pólya shares whose sum over ``h_min`` parties is discrete
   Laplace (secure aggregation).
-- :mod:`common.noise.scale`: ``scale = sensitivity / epsilon`` of the discrete Laplace, exact,
-  and its standard deviation (no OpenDP).
+- :mod:`common.noise.scale`: the LSH and grid histograms' sensitivities, ``scale = sensitivity
+  / epsilon`` of the discrete Laplace (exact) and its standard deviation (no OpenDP).
 - :mod:`common.noise.tails`: how far honest noise can stray (the poisoning bounds), for one
   draw and for a sum of many Pólya shares.
 - :mod:`common.noise.accounting`: ``h_min`` from the signed cohort parameters

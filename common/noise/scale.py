@@ -1,11 +1,12 @@
-"""The discrete Laplace scale and spread, from public parameters only (pure: no OpenDP).
+"""Sensitivities of the histograms and the discrete Laplace scale and spread (pure: no OpenDP).
 
 One record moves an L1-``sensitivity`` vector by at most ``sensitivity``; discrete Laplace
 noise of ``scale = sensitivity / epsilon`` on every entry makes the release epsilon-DP
 (Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020).
-:func:`laplace_scale` states that once, exactly; the OpenDP measurement that draws the noise
-(:func:`common.noise.laplace.make_count_noise`) rounds the same scale up to a float, and the
-tail bounds (:mod:`common.noise.tails`) and noise floors use it.
+:func:`lsh_sensitivity` and :func:`grid_sensitivity` state the sensitivities of the two
+histograms, :func:`laplace_scale` the scale, exactly; the OpenDP measurement that draws the
+noise (:func:`common.noise.laplace.make_count_noise`) rounds the same scale up to a float, and
+the tail bounds (:mod:`common.noise.tails`) and noise floors use it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,20 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 
-__all__ = ["discrete_laplace_sd", "laplace_scale"]
+__all__ = ["discrete_laplace_sd", "grid_sensitivity", "laplace_scale", "lsh_sensitivity"]
+
+
+def lsh_sensitivity(n_tables: int, rows_per_id: int = 1) -> int:
+    """L1 sensitivity of a flat LSH histogram: a record falls in one cell of each of the
+    ``n_tables`` tables (Li & Pham), and a person with up to ``rows_per_id`` records moves
+    ``n_tables * rows_per_id`` counts."""
+    return n_tables * rows_per_id
+
+
+def grid_sensitivity(rows_per_id: int = 1) -> int:
+    """L1 sensitivity of a grid histogram: a record falls in one cell (Rauch, Olatunji &
+    Khosla), a person with up to ``rows_per_id`` records in at most that many."""
+    return rows_per_id
 
 
 def laplace_scale(sensitivity: int, epsilon: Decimal) -> Fraction:

@@ -155,10 +155,7 @@ class OnlineParams(BaseModel):
         """The query rule whose *true* epsilon is at most ``epsilon_select``."""
         eps = float(self.epsilon_select)
         if self.query == "randomized_response":
-            p = math.exp(eps) / (1 + math.exp(eps))
-            while abs(math.log(p / (1 - p))) > eps:  # float rounding: never above the target
-                p = math.nextafter(p, 0.5)
-            return RandomizedResponseRule(p=p, tau=self.tau)
+            return RandomizedResponseRule.for_epsilon(eps, self.tau)
         return ExponentialRule.for_epsilon(self.p, self.radius_w * self.radius_x, eps)
 
     def noise(self) -> GradientNoise:

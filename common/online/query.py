@@ -70,6 +70,15 @@ class RandomizedResponseRule:
         if not (math.isfinite(self.tau) and self.tau >= 0):
             raise ValueError(f"tau must be finite and >= 0, got {self.tau}")
 
+    @classmethod
+    def for_epsilon(cls, epsilon: float, tau: float) -> RandomizedResponseRule:
+        """The rule of true epsilon ``<= epsilon``: ``p = e^eps / (1 + e^eps)``, moved towards
+        1/2 by ulps while float rounding would put it above."""
+        p = math.exp(epsilon) / (1 + math.exp(epsilon))
+        while abs(math.log(p / (1 - p))) > epsilon:  # float rounding: never above the target
+            p = math.nextafter(p, 0.5)
+        return cls(p=p, tau=tau)
+
     def probability(self, margin: float) -> float:
         """Probability that a record with this margin is queried."""
         return self.p if abs(margin) <= self.tau else 1.0 - self.p

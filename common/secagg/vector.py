@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.hashing import LSHFamily
+from common.noise.scale import grid_sensitivity, lsh_sensitivity
 from common.params import GridParams, LSHParams, PrivacyParams
 from common.secagg.params import AggregationParams
 
@@ -57,9 +58,9 @@ class SecureStudy(Protocol):
 def secure_parts(config: SecureStudy) -> list[tuple[str, int, int, Decimal]]:
     """``(name, cells, sensitivity, epsilon)`` of each part of the secure vector, in order."""
     p = config.privacy
-    parts = [("lsh", config.lsh_cells, config.lsh.n_tables, p.epsilon_lsh)]
+    parts = [("lsh", config.lsh_cells, lsh_sensitivity(config.lsh.n_tables), p.epsilon_lsh)]
     if config.grid is not None:
-        parts.append(("grid", config.grid_cells, 1, p.epsilon_grid))
+        parts.append(("grid", config.grid_cells, grid_sensitivity(), p.epsilon_grid))
     return parts
 
 
