@@ -5,51 +5,34 @@ training scores, prediction scores/labels, ``predict_proba`` linear/unify/bad me
 confidence, rejection, ``fit_predict``, ``_predict_rank``, clone), parametrised over the
 detectors in ``DETECTORS``: add a detector there and it gets the whole suite. Then PyOD's own
 ``BaseDetector`` methods serve as the oracle for ours, then the scikit-learn API (params,
-clone, Pipeline, GridSearchCV, pickling) and scikit-learn's estimator checks.
+clone, Pipeline, GridSearchCV, pickling); scikit-learn's estimator checks are in
+``test_detector_sklearn_checks.py``. The detectors under test are ``detector_kit.DETECTORS``.
 """
 
 from __future__ import annotations
 
 import pickle
 import warnings
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from detector_kit import DETECTORS, HI, LO, PyODTwin
 from numpy.testing import assert_allclose, assert_array_equal
-from pyod.models.base import BaseDetector as PyODBaseDetector
 from pyod.models.lscp import LSCP
 from pyod.utils.data import generate_data
 from scipy.stats import rankdata
 from sklearn.base import clone
-from sklearn.datasets import make_blobs
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.metrics import average_precision_score, make_scorer, roc_auc_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler
-from sklearn.utils.estimator_checks import check_outlier_corruption, estimator_checks_generator
 
-from common.detectors import BaseDetector, CentroidDetector, GridKNN, LSHiTables, NotFittedError
+from common.detectors import BaseDetector, LSHiTables, NotFittedError
 from common.hashing import derive_lsh_family
 
-LO, HI = [-10.0, -10.0], [10.0, 10.0]  # public bounds of generate_data's two features
-DETECTORS: dict[str, Callable[..., BaseDetector]] = {
-    "lsh": partial(LSHiTables, n_tables=30, sample_size=64, random_state=42),
-    "lsh-seeded": partial(LSHiTables, n_tables=30, sample_size=64, seed=b"\x07" * 32,
-                          lo=np.array(LO), hi=np.array(HI), subsample=False, scoring="mass"),
-    "lsh-private": partial(LSHiTables, n_tables=30, lo=LO, hi=HI, epsilon=30, random_state=42),
-    "grid": partial(GridKNN, bins=6, k=5, max_depth=2),
-    "grid-basic": partial(GridKNN, bins=6, k=5, max_depth=2, weighted=False),
-    "grid-private": partial(GridKNN, bins=6, k=5, max_depth=2, lo=LO, hi=HI, epsilon=4),
-    "centroid": partial(CentroidDetector, n_clusters=4, random_state=42),
-    # epsilon 300: at 30 the noise on 200 rows moves the centres enough that test_predict_rank's
-    # tie tolerance failed in 2 of 100 fits (0 of 300 fits at 100 and 300)
-    "centroid-private": partial(CentroidDetector, n_clusters=4, lo=LO, hi=HI, epsilon=300,
-                                random_state=42),
-}
 PRIVATE = {"lsh-private", "grid-private", "centroid-private"}  # fresh OpenDP noise on every fit
 EXTREMES = [[9.9, 9.9], [-9.9, 9.9], [0.0, 0.0]]  # beyond the training scores' range
 ROC_FLOOR = 0.8  # PyOD's floor for its own detectors on this data
@@ -178,24 +161,6 @@ def test_model_clone(kind: str, clf: BaseDetector, data: Any) -> None:
 
 # -- PyOD's own BaseDetector as the oracle --------------------------------------------------
 
-class PyODTwin(PyODBaseDetector):
-    """A genuine PyOD detector whose model is a fedod detector: PyOD's own base class then
-    computes threshold, labels, probabilities, confidence, ranks and rejection."""
-
-    def __init__(self, det: BaseDetector, X_train: np.ndarray) -> None:
-        super().__init__(contamination=det.contamination)
-        self.det = det
-        self._set_n_classes(None)
-        self.decision_scores_ = det.decision_function(X_train)
-        self._process_decision_scores()
-
-    def fit(self, X: Any, y: Any = None) -> PyODTwin:
-        raise NotImplementedError
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        return self.det.decision_function(X)
-
-
 @pytest.mark.filterwarnings("ignore:The cost of rejection:UserWarning")  # PyOD, on its default
 @pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt:RuntimeWarning")  # PyOD
 @pytest.mark.parametrize("call", [
@@ -322,59 +287,3 @@ def test_merged_model_needs_calibration(data: Any) -> None:
     assert det.calibrate(data[1]).predict_proba(data[1], method="unify").shape == (N_TEST, 2)
     with pytest.raises(ValueError, match="X has 3 features"):
         det.decision_function(np.zeros((2, 3)))
-
-
-# -- scikit-learn's estimator checks --------------------------------------------------------
-
-PYOD_LABELS = ("PyOD's convention: predict/fit_predict give 1 = outlier, 0 = inlier and"
-               " decision_function is higher = more outlying; scikit-learn's outlier checks"
-               " expect -1/1 and negative = outlier. The parts that do not depend on the"
-               " convention are in test_outlier_checks_in_pyod_convention.")
-EXPECTED_FAILED = {"check_outliers_train": PYOD_LABELS, "check_outliers_fit_predict": PYOD_LABELS}
-NOT_RUN = {  # checks that skip themselves here, with why they do not apply
-    "check_array_api_input": "the detectors compute in NumPy and declare no Array API support",
-    "check_classifier_data_not_an_array": "needs pandas, which fedod does not depend on; "
-                                          "list input is in check_outliers_train's part",
-}
-
-
-def sklearn_checks() -> Iterator[Any]:
-    for kind in ("lsh", "grid", "centroid"):
-        for est, check in estimator_checks_generator(DETECTORS[kind](), legacy=True):
-            name = getattr(check, "func", check).__name__
-            if name not in EXPECTED_FAILED and name not in NOT_RUN:
-                yield pytest.param(est, check, id=f"{kind}-{name}")
-
-
-@pytest.mark.parametrize(("estimator", "check"), list(sklearn_checks()))
-def test_sklearn_estimator_checks(estimator: Any, check: Any) -> None:
-    check(estimator)
-
-
-def test_expected_failures_still_fail() -> None:
-    """The excused checks fail for the stated reason only (the -1/1 labels)."""
-    generator = estimator_checks_generator(DETECTORS["lsh"](), legacy=True)
-    checks = {getattr(c, "func", c).__name__: c for _, c in generator}
-    for name in EXPECTED_FAILED:
-        with pytest.raises(AssertionError, match=r"0 \(ACTUAL\), -1 \(DESIRED\)"):
-            checks[name](DETECTORS["lsh"]())
-
-
-@pytest.mark.parametrize("how", ["fit-predict", "fit-then-predict"])
-def test_outlier_checks_in_pyod_convention(kind: str, how: str) -> None:
-    """check_outliers_train / check_outliers_fit_predict with PyOD's labels."""
-    X, _ = make_blobs(n_samples=300, random_state=0)
-    det = clone(DETECTORS[kind]().set_params(lo=None, hi=None, epsilon=None))
-    det.fit(X.tolist())  # lists are accepted
-    labels = det.fit_predict(X) if how == "fit-predict" else det.fit(X).predict(X)
-    assert labels.shape == (300,) and labels.dtype.kind == "i"
-    assert_array_equal(np.unique(labels), [0, 1])
-    decision = det.decision_function(X)
-    assert decision.dtype == np.float64 and decision.shape == (300,)
-    assert_array_equal(labels, (decision > det.threshold_).astype(int))
-    for method in (det.predict, det.decision_function):
-        with pytest.raises(ValueError):
-            method(X.T)
-    outliers = int(det.set_params(contamination=0.1).fit_predict(X).sum())
-    if outliers != 30:  # only where scores tie at the cut (as scikit-learn's check allows)
-        check_outlier_corruption(outliers, 30, -det.decision_scores_)
