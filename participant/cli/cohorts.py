@@ -1,33 +1,15 @@
-"""``fedod-participant cohorts``: its options and its output (text or ``--json``)."""
+"""``fedod-participant cohorts``: the command body and its output (text or ``--json``); its
+options are in :mod:`participant.cli.parser`."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from participant.cli.output import options, out
 
-
-def add_cohorts_parser(add: Callable[[str, str], argparse.ArgumentParser],
-                       data_args: Callable[[argparse.ArgumentParser], None],
-                       send_slot: float) -> None:
-    p = add("cohorts", "take part in the study's private cohort rounds (one noisy vector per "
-                       "round, drawn once, charged on both ledgers before any noise is "
-                       "drawn), then print the released cohorts: size, centre, rule path")
-    data_args(p)
-    p.add_argument("--approve-schema", action="store_true",
-                   help="approve the columns the current config releases, if they changed")
-    p.add_argument("--send-slot", type=float, default=send_slot, metavar="S",
-                   help="send each round's vector S seconds after reading the round's state, "
-                        "however long reading the data takes (env FEDOD_SEND_SLOT; default: "
-                        f"{send_slot:g})")
-    p.add_argument("--wait", type=float, default=600.0, metavar="S",
-                   help="give up after S seconds without a round to send or a released "
-                        "model (600); rerunning resumes")
-    p.add_argument("--stop-after", choices=("drawn",), default=None,
-                   help="drill: leave right after a round's noisy vector was stored, before "
-                        "sending it (the next run re-sends the same bytes)")
+if TYPE_CHECKING:
+    from participant.agent import Agent
 
 
 def _text(doc: dict[str, Any]) -> str:
@@ -41,7 +23,7 @@ def _text(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cmd_cohorts(agent: Any, args: argparse.Namespace) -> None:
+def cmd_cohorts(agent: Agent, args: argparse.Namespace) -> None:
     from participant.cohorts.rounds import run_cohorts
 
     doc = run_cohorts(agent, args.study, args.data, options(args),

@@ -1,10 +1,11 @@
-"""Subcommand bodies of ``fedod-participant`` (see ``participant.cli.main``; the argument parser is
-``participant.cli.parser``)."""
+"""Subcommand bodies of ``fedod-participant``: ``cmd_<name>`` for each, here or in the module
+named after its feature (``run``, ``cohorts``, ``online`` for ``stream``), and
+:data:`COMMANDS`, the table :mod:`participant.cli.main` dispatches on. Their options are in
+:mod:`participant.cli.parser`."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Callable
 from decimal import Decimal
@@ -16,18 +17,13 @@ from common.budget import plain_decimal
 from common.errors import FedodError
 from participant.agent import Agent
 from participant.cli.cohorts import cmd_cohorts
-from participant.cli.output import options, out
-from participant.cli.parser import build_parser
+from participant.cli.consortium import pin_consortium_key
+from participant.cli.online import cmd_stream
+from participant.cli.output import count, options, out
+from participant.cli.run import cmd_run
 from participant.config import Settings
-from participant.state import Enrolment
 
-__all__ = ["COMMANDS", "build_parser"]
-
-
-
-def count(n: int, noun: str) -> str:
-    """``1 contributor``, ``2 contributors``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+__all__ = ["COMMANDS", "pin_consortium_key"]
 
 
 def _clipped(clipped: dict[str, int]) -> str:
@@ -60,16 +56,6 @@ def cmd_enrol(agent: Agent, args: argparse.Namespace) -> None:
          f"enrolled with {e.coordinator_url}; key {e.key_fingerprint} pinned; local cap "
          f"epsilon={e.epsilon_cap} delta={e.delta_cap}, at most epsilon="
          f"{e.max_release_epsilon} per release; state in {agent.state.root}")
-
-
-def pin_consortium_key(agent: Agent, text: str) -> Enrolment:
-    """Store the consortium's public key next to the pinned coordinator key."""
-    from participant.cli.consortium import load_consortium_key, raw_key
-
-    e = dataclasses.replace(agent.state.load_enrolment(),
-                            consortium_key=raw_key(load_consortium_key(text)))
-    agent.state.save_enrolment(e, agent.state.load_key_pem())
-    return e
 
 
 def cmd_identity(agent: Agent, args: argparse.Namespace) -> None:
@@ -147,17 +133,6 @@ def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
          f"local epsilon spent so far {spent.epsilon.normalize():f}")
 
 
-def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
-    from participant.cli.run import run_round
-
-    doc = run_round(agent, args, options(args))
-    what = "released a new noisy histogram" if doc["released_now"] else "already released"
-    out(args, doc, f"{what} for {args.study}; model has "
-                    f"{count(int(str(doc['contributors'])), 'contributor')}; scored {doc['rows']} "
-                    f"records -> {doc['output']}; flagged {doc['flagged']}; local epsilon "
-                    f"spent {doc['epsilon_spent']}")
-
-
 def cmd_ledger(agent: Agent, args: argparse.Namespace) -> None:
     agent.state.load_enrolment()  # not enrolled: exit 2, and no state folder is created
     with agent.ledger() as ledger:
@@ -220,17 +195,7 @@ def cmd_round(agent: Agent, args: argparse.Namespace) -> None:
 
 COMMANDS: dict[str, Callable[[Agent, argparse.Namespace], None]] = {
     "enrol": cmd_enrol, "identity": cmd_identity, "approve": cmd_approve, "config": cmd_config,
-    "check-data": cmd_check_data,
-    "contribute": cmd_contribute, "score": cmd_score, "run": cmd_run, "ledger": cmd_ledger,
-    "status": cmd_status, "round": cmd_round, "cohorts": cmd_cohorts,
+    "check-data": cmd_check_data, "contribute": cmd_contribute, "score": cmd_score,
+    "run": cmd_run, "round": cmd_round, "stream": cmd_stream, "cohorts": cmd_cohorts,
+    "ledger": cmd_ledger, "status": cmd_status,
 }
-
-
-def _cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
-    from participant.cli.online import cmd_stream
-
-    cmd_stream(agent, args)
-
-
-COMMANDS["stream"] = _cmd_stream
-

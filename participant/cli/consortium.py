@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
@@ -46,7 +48,11 @@ from common.signing import (
     save_private_key,
 )
 
-__all__ = ["load_consortium_key", "raw_key", "certify", "main"]
+if TYPE_CHECKING:
+    from participant.agent import Agent
+    from participant.state import Enrolment
+
+__all__ = ["load_consortium_key", "pin_consortium_key", "raw_key", "certify", "main"]
 
 
 def raw_key(key: Ed25519PublicKey) -> str:
@@ -69,6 +75,15 @@ def load_consortium_key(text: str) -> Ed25519PublicKey:
             "--consortium-key must be the consortium's Ed25519 public key: raw base64 "
             "(44 characters, as 'fedod-consortium keygen' prints it), PEM, or a PEM file"
         ) from exc
+
+
+def pin_consortium_key(agent: Agent, text: str) -> Enrolment:
+    """Store the consortium's public key next to the pinned coordinator key (``enrol`` and
+    ``run --consortium-key``)."""
+    e = dataclasses.replace(agent.state.load_enrolment(),
+                            consortium_key=raw_key(load_consortium_key(text)))
+    agent.state.save_enrolment(e, agent.state.load_key_pem())
+    return e
 
 
 def certify(

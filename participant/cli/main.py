@@ -49,10 +49,10 @@ EXIT_BUDGET, EXIT_UNAVAILABLE, EXIT_REFUSED, EXIT_STREAM_CAP = 5, 6, 7, 8
 
 def exit_code(exc: BaseException) -> int:
     """Map an error to the documented exit code."""
-    if type(exc).__name__ == "StreamCapReached":  # participant.online.engine, imported on use
-        return EXIT_STREAM_CAP
     if isinstance(exc, BudgetExceeded):
-        return EXIT_BUDGET
+        from participant.online.engine import StreamCapReached  # heavy: imported on use
+
+        return EXIT_STREAM_CAP if isinstance(exc, StreamCapReached) else EXIT_BUDGET
     if isinstance(exc, CoordinatorRefused):
         return EXIT_BUDGET if exc.is_budget else EXIT_REFUSED
     if isinstance(exc, ConfigError):

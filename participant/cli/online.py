@@ -1,4 +1,5 @@
-"""``fedod-participant stream STUDY``: the argument parser and the command body."""
+"""``fedod-participant stream STUDY``: the command body (online learning, docs/ONLINE.md); its
+options are in :mod:`participant.cli.parser`."""
 
 from __future__ import annotations
 
@@ -6,58 +7,15 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import ConfigVersionConflict, NotFound
-from participant.agent import Agent
-from participant.online.engine import Streamer
-from participant.online.io import (
-    LabelsFile,
-    RecordParser,
-    ScoreWriter,
-    Tick,
-    prompt_label,
-    read_lines,
-    until_deadlines,
-    watch,
-)
-from participant.online.store import StreamStore
 from participant.release import policy
 
-HELP = ("score records as they arrive (JSON lines or CSV on stdin, or files appearing in "
-        "--watch DIR) with the global models and the online classifier; ask the reviewer "
-        "for labels when the private query rule fires; release one noisy gradient per "
-        "window of the study's public schedule, when the window ends (docs/ONLINE.md). "
-        "Restart-safe: records already consumed are skipped, windows that ended meanwhile "
-        "are closed, and nothing is charged or noised twice. Stops with exit 8 when the next "
-        "window's charge would pass a cap, before any decision or noise of it. With the "
-        "config's centre_window, that window queries nothing and releases the noisy sum of "
-        "its records, and later records are centred on the served centre")
-
-
-def add_parser(add: Any) -> None:
-    p = add("stream", HELP)
-    p.add_argument("study", help="study id (its config must have an online section)")
-    p.add_argument("--watch", metavar="DIR", type=Path,
-                   help="read files appearing in DIR (name order; dot files ignored) "
-                        "instead of stdin")
-    p.add_argument("--once", action="store_true",
-                   help="with --watch: read the files present now, then stop")
-    p.add_argument("--out", metavar="FILE", type=Path,
-                   help="append score lines (CSV, flushed per record; default: stdout)")
-    p.add_argument("--labels", metavar="FILE", type=Path,
-                   help="labels file the reviewer appends 'id,label' lines to "
-                        "(1 = outlier, 0 = inlier)")
-    p.add_argument("--id-column", default="id", metavar="NAME",
-                   help="record id field (default: id; missing: the record's position)")
-    p.add_argument("--clock", choices=("wall", "ticks"), default="wall",
-                   help="schedule clock: 'wall' (default) follows the config's calendar "
-                        "windows; 'ticks' reads {\"tick\": N} lines in the input as "
-                        "'window N has begun' (replays and tests)")
-    p.add_argument("--wait-labels", action="store_true",
-                   help="at the end of the input, wait until every queried record is "
-                        "labelled (polling the labels file)")
+if TYPE_CHECKING:  # the online engine is imported when the command runs
+    from participant.agent import Agent
+    from participant.online.engine import Streamer
+    from participant.online.store import StreamStore
 
 
 def _detectors(agent: Agent, client: Any, study: str, config: Any) -> dict[str, Any]:
@@ -72,6 +30,9 @@ def _detectors(agent: Agent, client: Any, study: str, config: Any) -> dict[str, 
 
 
 def cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
+    from participant.online.engine import Streamer
+    from participant.online.store import StreamStore
+
     enrolment = agent.state.load_enrolment()
     with agent.state.lock(), agent.ledger() as ledger, agent.client() as client:
         config, signed = agent.fetch_config(args.study, client)
@@ -111,6 +72,17 @@ class _Clock:
 
 def _run(streamer: Streamer, store: StreamStore, config: Any, clock: _Clock,
          args: argparse.Namespace) -> None:
+    from participant.online.io import (
+        LabelsFile,
+        RecordParser,
+        ScoreWriter,
+        Tick,
+        prompt_label,
+        read_lines,
+        until_deadlines,
+        watch,
+    )
+
     columns = [f.name for f in config.features]
     labels = LabelsFile(args.labels, store) if args.labels else None
     interactive = bool(args.watch) and sys.stdin.isatty() and sys.stdout.isatty()

@@ -22,6 +22,11 @@ def json_value(value: Any) -> Any:
     return str(value)
 
 
+def count(n: int, noun: str) -> str:
+    """``1 contributor``, ``2 contributors``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
     print(json.dumps(doc, default=json_value) if args.json else text)
 

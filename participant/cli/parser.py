@@ -1,17 +1,29 @@
-"""The argument parser of ``fedod-participant`` (its subcommands' bodies are in
-``participant.cli.commands``; ``stream`` and ``cohorts`` add their own options)."""
+"""The argument parser of ``fedod-participant``: every subcommand's options, in the order
+``--help`` lists them (each subcommand's body is ``cmd_<name>``, found through
+``participant.cli.commands.COMMANDS``)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from participant.cli.cohorts import add_cohorts_parser
 from participant.config import Settings
 from participant.state import DEFAULT_MAX_RELEASE_DELTA, DEFAULT_MAX_RELEASE_EPSILON
 
 SETTINGS = Settings()
 DEFAULT_STATE = SETTINGS.state_dir
+
+STREAM_HELP = (
+    "score records as they arrive (JSON lines or CSV on stdin, or files appearing in "
+    "--watch DIR) with the global models and the online classifier; ask the reviewer "
+    "for labels when the private query rule fires; release one noisy gradient per "
+    "window of the study's public schedule, when the window ends (docs/ONLINE.md). "
+    "Restart-safe: records already consumed are skipped, windows that ended meanwhile "
+    "are closed, and nothing is charged or noised twice. Stops with exit 8 when the next "
+    "window's charge would pass a cap, before any decision or noise of it. With the "
+    "config's centre_window, that window queries nothing and releases the noisy sum of "
+    "its records, and later records are centred on the served centre")
 
 
 def data_args(p: argparse.ArgumentParser) -> None:
@@ -178,10 +190,43 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                    help="the masked vector leaves S seconds after the roster was read (the "
                         "next multiple if reading the data took longer), so when it leaves "
                         "does not depend on the row count; 0 disables (tests and demos only)")
-    from participant.cli.online import add_parser as add_stream
-
-    add_stream(add)
-    add_cohorts_parser(add, data_args, SETTINGS.send_slot)
+    p = add("stream", STREAM_HELP)
+    p.add_argument("study", help="study id (its config must have an online section)")
+    p.add_argument("--watch", metavar="DIR", type=Path,
+                   help="read files appearing in DIR (name order; dot files ignored) "
+                        "instead of stdin")
+    p.add_argument("--once", action="store_true",
+                   help="with --watch: read the files present now, then stop")
+    p.add_argument("--out", metavar="FILE", type=Path,
+                   help="append score lines (CSV, flushed per record; default: stdout)")
+    p.add_argument("--labels", metavar="FILE", type=Path,
+                   help="labels file the reviewer appends 'id,label' lines to "
+                        "(1 = outlier, 0 = inlier)")
+    p.add_argument("--id-column", default="id", metavar="NAME",
+                   help="record id field (default: id; missing: the record's position)")
+    p.add_argument("--clock", choices=("wall", "ticks"), default="wall",
+                   help="schedule clock: 'wall' (default) follows the config's calendar "
+                        "windows; 'ticks' reads {\"tick\": N} lines in the input as "
+                        "'window N has begun' (replays and tests)")
+    p.add_argument("--wait-labels", action="store_true",
+                   help="at the end of the input, wait until every queried record is "
+                        "labelled (polling the labels file)")
+    p = add("cohorts", "take part in the study's private cohort rounds (one noisy vector per "
+                       "round, drawn once, charged on both ledgers before any noise is "
+                       "drawn), then print the released cohorts: size, centre, rule path")
+    data_args(p)
+    p.add_argument("--approve-schema", action="store_true",
+                   help="approve the columns the current config releases, if they changed")
+    p.add_argument("--send-slot", type=float, default=SETTINGS.send_slot, metavar="S",
+                   help="send each round's vector S seconds after reading the round's state, "
+                        "however long reading the data takes (env FEDOD_SEND_SLOT; default: "
+                        f"{SETTINGS.send_slot:g})")
+    p.add_argument("--wait", type=float, default=600.0, metavar="S",
+                   help="give up after S seconds without a round to send or a released "
+                        "model (600); rerunning resumes")
+    p.add_argument("--stop-after", choices=("drawn",), default=None,
+                   help="drill: leave right after a round's noisy vector was stored, before "
+                        "sending it (the next run re-sends the same bytes)")
     add("ledger", "list every local release and the total privacy spent")
     add("status", "show enrolment, local budget, pending releases, coordinator's view")
     return parser

@@ -20,8 +20,19 @@ import sys
 import time
 
 from participant.agent import Agent, DataOptions
+from participant.cli.consortium import pin_consortium_key
+from participant.cli.output import count, options, out
 
 POLL_SECONDS = 2.0
+
+
+def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
+    doc = run_round(agent, args, options(args))
+    what = "released a new noisy histogram" if doc["released_now"] else "already released"
+    out(args, doc, f"{what} for {args.study}; model has "
+                    f"{count(int(str(doc['contributors'])), 'contributor')}; scored {doc['rows']} "
+                    f"records -> {doc['output']}; flagged {doc['flagged']}; local epsilon "
+                    f"spent {doc['epsilon_spent']}")
 
 
 def released_under(agent: Agent, study: str, version: int) -> bool:
@@ -84,8 +95,6 @@ def run_round(agent: Agent, args: argparse.Namespace, options: DataOptions) -> d
         agent.enrol(args.coordinator, token, fingerprint, epsilon_cap=args.epsilon_cap,
                     delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
         if args.consortium_key:
-            from participant.cli.commands import pin_consortium_key
-
             pin_consortium_key(agent, args.consortium_key)
     config, _ = agent.fetch_config(args.study)
     released = released_under(agent, args.study, config.version)

@@ -77,8 +77,8 @@ def _parser(program: str) -> Any:
 
         return build_parser()
     if program == "fedod-participant":
-        from participant.cli.commands import build_parser as participant_parser
         from participant.cli.main import main as cli
+        from participant.cli.parser import build_parser as participant_parser
 
         return participant_parser(cli.__doc__ or "")
     if program == "fedod-simulate":
