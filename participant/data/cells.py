@@ -131,7 +131,7 @@ def column_error(
 
 
 def joined_error(errors: list[SchemaMismatch]) -> SchemaMismatch:
-    """One error naming every bad column (issue 28), the first column's context kept."""
+    """One error naming every bad column, the first column's context kept."""
     if len(errors) == 1:
         return errors[0]
     first = errors[0]

@@ -1,12 +1,13 @@
 """Load local records from CSV or Parquet in bounded-memory chunks and check them.
 
-Checks, each failing with :class:`~common.errors.SchemaMismatch` naming the file, the column
-and the first bad rows (rows count data rows from 1, the CSV header excluded):
+Checks (the header's in :mod:`participant.data.header`), each failing with
+:class:`~common.errors.SchemaMismatch` naming the file, the column and the first bad rows
+(rows count data rows from 1, the CSV header excluded):
 
 - every study feature is present; any other column must be the record-key column
   (``id_column``) or explicitly ignored (``ignore``, e.g. an evaluation label);
 - values are numeric, present (no empty/NA/NaN) and finite. Every bad column is named in one
-  error (issue 28).
+  error.
 
 **Malformed rows in a release** (``on_bad_row="drop"``, what every release path uses, see
 :meth:`participant.agent.DataOptions.source`): refusing the file because of one bad cell
@@ -50,6 +51,7 @@ from numpy.typing import NDArray
 
 from common.errors import SchemaMismatch
 from participant.data.cells import MAX_SHOWN, column_cells, column_error, joined_error, shown
+from participant.data.header import check_columns, column_names, data_kind
 from participant.data.spec import Chunk, DataReport, DataSpec
 from participant.progress import Progress
 from participant.release.policy import keep_first_rows
@@ -82,58 +84,12 @@ class DataSource:
             raise ValueError("rows_per_id needs an id_column")
         if not self.path.is_file():
             raise SchemaMismatch(f"{self.path}: no such data file", path=str(self.path))
-        suffix = self.path.suffix.lower()
-        if suffix in (".parquet", ".pq"):
-            self.kind = "parquet"
-        elif suffix in (".csv", ".txt"):
-            self.kind = "csv"
-        else:
-            raise SchemaMismatch(
-                f"{self.path}: unknown data format {suffix!r}; use .csv or .parquet",
-                path=str(self.path),
-            )
-        self._check_columns(self._column_names())
+        self.kind = data_kind(self.path)
+        check_columns(self.path, spec, column_names(self.path, self.kind))
 
     @property
     def columns(self) -> list[str]:
-        cols = list(self.spec.features)
-        if self.spec.id_column is not None:
-            cols.append(self.spec.id_column)
-        return cols
-
-    def _column_names(self) -> list[str]:
-        if self.kind == "parquet":
-            return list(pq.read_schema(self.path).names)
-        with open(self.path, "rb") as fh:
-            header = fh.readline().decode("utf-8-sig").strip()
-        if not header:
-            raise SchemaMismatch(f"{self.path}: empty CSV file", path=str(self.path))
-        reader = pacsv.open_csv(
-            pa.py_buffer(header.encode() + b"\n"),
-        )
-        return list(reader.schema.names)
-
-    def _check_columns(self, names: list[str]) -> None:
-        missing = [f for f in self.spec.features if f not in names]
-        if self.spec.id_column is not None and self.spec.id_column not in names:
-            missing.append(self.spec.id_column)
-        allowed = set(self.columns) | set(self.spec.ignore)
-        extra = [n for n in names if n not in allowed]
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing column(s) {missing}")
-            if extra:
-                parts.append(
-                    f"unexpected column(s) {extra} (name a record key with --id-column, "
-                    f"or skip a column such as a label with --ignore-column)"
-                )
-            raise SchemaMismatch(
-                f"{self.path}: {'; '.join(parts)}; the study expects {list(self.spec.features)}",
-                path=str(self.path),
-                missing=missing,
-                extra=extra,
-            )
+        return self.spec.columns
 
     def __iter__(self) -> Iterator[Chunk]:
         self.report = DataReport(str(self.path))

@@ -28,6 +28,11 @@ class DataSpec:
     rows_per_id: int | None = None
     on_bad_row: str = "error"  # "drop": a release drops and counts malformed rows
 
+    @property
+    def columns(self) -> list[str]:
+        """The columns read: the features, then the record key if there is one."""
+        return [*self.features, *([] if self.id_column is None else [self.id_column])]
+
     @classmethod
     def from_config(cls, config: StudyConfig, **local: object) -> DataSpec:
         return cls(
