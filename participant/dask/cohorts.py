@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.cohorts.protocol import CohortState, RoundProtocol
-from participant.dask.engine import Source, _files, dask_client, first_error
+from participant.dask.engine import Source, dask_client, first_error, source_files
 from participant.data.dataset import merge_reports
 from participant.data.reader import DataReport, DataSource, DataSpec
 
@@ -34,7 +34,7 @@ def exact_vector(source: Source, protocol: RoundProtocol, state: CohortState, *,
     """Sum of every partition's exact vector; the first failing partition's error is raised.
     Sets ``source.report`` (malformed rows dropped and clipped values, summed here, local)."""
     with dask_client(scheduler) as client:
-        parts = client.map(partition_vector, _files(source), spec=source.spec,
+        parts = client.map(partition_vector, source_files(source), spec=source.spec,
                            chunk_rows=source.chunk_rows, protocol=protocol, state=state,
                            pure=False)
         first_error(parts, f"cohort vector of {Path(source.path).name}", source.progress)

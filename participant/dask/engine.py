@@ -41,14 +41,13 @@ from common.detectors.combine import shares
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
-from participant.cohorts.columns import Cohorts
 from participant.dask.ranks import BUCKET_ROWS, combined_ranks
 from participant.data.dataset import DatasetSource, dataset_files, merge_reports
 from participant.data.reader import DataReport, DataSource, DataSpec
 from participant.progress import Progress
 from participant.release.counts import ExactCounts, note_malformed
 from participant.release.counts import exact_histograms as stream_histograms
-from participant.scoring.score import Detector, ScoreSummary, flag_count
+from participant.scoring.score import CohortColumns, Detector, ScoreSummary, flag_count
 
 SPLIT_EVERY = 8
 Source = DataSource | DatasetSource
@@ -92,7 +91,8 @@ def dask_client(scheduler: str | None = None, **cluster: Any) -> Iterator[Client
         yield client
 
 
-def _files(source: Source) -> list[Path]:
+def source_files(source: Source) -> list[Path]:
+    """The partition files of a dataset, or of the one file (one partition)."""
     return source.files if isinstance(source, DatasetSource) else dataset_files(source.path)
 
 
@@ -150,7 +150,7 @@ def exact_histograms(
     scheduler: str | None = None,
 ) -> ExactCounts:
     """Exact histograms of every partition, summed in the cluster; sets ``source.report``."""
-    files = _files(source)
+    files = source_files(source)
     with dask_client(scheduler) as client:
         parts = client.map(partition_counts, files, spec=source.spec,
                            chunk_rows=source.chunk_rows, family=family, grid=grid,
@@ -174,7 +174,7 @@ def partition_report(file: Path, spec: DataSpec, chunk_rows: int) -> DataReport:
 def check_dataset(source: Source, *, scheduler: str | None = None) -> Source:
     """Check every partition against the study schema on the cluster; sets ``source.report``."""
     with dask_client(scheduler) as client:
-        parts = client.map(partition_report, _files(source), spec=source.spec,
+        parts = client.map(partition_report, source_files(source), spec=source.spec,
                            chunk_rows=source.chunk_rows, pure=False)
         first_error(parts, f"checking {Path(source.path).name}", source.progress)
         source.report = merge_reports(str(source.path), client.gather(parts))
@@ -182,7 +182,7 @@ def check_dataset(source: Source, *, scheduler: str | None = None) -> Source:
 
 
 def partition_scores(file: Path, spec: DataSpec, chunk_rows: int,
-                     detectors: Mapping[str, Detector], cohorts: Cohorts | None = None,
+                     detectors: Mapping[str, Detector], cohorts: CohortColumns | None = None,
                      ) -> tuple[pd.DataFrame, DataReport]:
     """Every detector's score for each record of one partition (plus its key column and,
     with ``cohorts``, its released cohort and distance)."""
@@ -220,7 +220,7 @@ def score_dataset(
     source: Source, detectors: Mapping[str, Detector], output: str | Path, *,
     contamination: float | None = None, top_k: int | None = None, progress: bool = False,
     scheduler: str | None = None, weights: Mapping[str, float] | None = None,
-    cohorts: Cohorts | None = None, bucket_rows: int = BUCKET_ROWS,
+    cohorts: CohortColumns | None = None, bucket_rows: int = BUCKET_ROWS,
 ) -> ScoreSummary:
     """Score every partition on the cluster; write a partitioned Parquet directory. The
     combined score and ranks are :func:`common.detectors.combine.combine`'s with ``weights``,
@@ -233,7 +233,7 @@ def score_dataset(
                          "directory; give a name ending in .parquet")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ValueError(f"output {output} exists; give a new directory name")
-    files = _files(source)
+    files = source_files(source)
     scratch = output.parent / f".{output.name}.ranks-{uuid.uuid4().hex}"
     try:
         with dask_client(scheduler) as client:

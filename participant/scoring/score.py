@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,6 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from common.detectors.combine import average_ranks, combine
-from participant.cohorts.columns import Cohorts
 from participant.data.dataset import DatasetSource
 from participant.data.reader import DataSource
 from participant.progress import Progress
@@ -42,6 +41,13 @@ __all__ = ["ScoreSummary", "average_ranks", "combine", "flag_count", "score_sour
 
 class Detector(Protocol):
     def decision_function(self, X: NDArray[np.float64]) -> NDArray[np.float64]: ...
+
+
+class CohortColumns(Protocol):
+    """What scoring needs of a study's released cohorts
+    (:class:`participant.cohorts.columns.Cohorts`): the extra score columns of records."""
+
+    def columns(self, X: NDArray[np.float64]) -> dict[str, NDArray[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ def score_source(
     top_k: int | None = None,
     progress: bool = False,
     weights: Mapping[str, float] | None = None,
-    cohorts: Cohorts | None = None,
+    cohorts: CohortColumns | None = None,
 ) -> ScoreSummary:
     """Score every record of ``source`` with each detector and write ``output`` (with each
     record's released cohort and distance to its centre when ``cohorts`` is given); the
