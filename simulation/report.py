@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from common.detectors import LSHiTables
 from simulation import demo_data as dd
 
 
@@ -43,6 +45,37 @@ def read_scores(path: Path, keys: list[str]) -> dict[str, np.ndarray]:
     cols = [c for c in ("score_lsh", "score_grid", "outlier_score") if c in next(iter(
         rows.values()), {})]  # no grid scores under secure aggregation (LSH tables only)
     return {c: np.array([float(rows[k][c]) for k in keys]) for c in cols}
+
+
+def evaluate(data: dd.Dataset, hospitals: list[dd.Hospital], outs: list[Path],
+             budgets: dict[str, dict[str, Any]], seed: int) -> list[HospitalResult]:
+    """One row per hospital: AUC of its federated score file against non-private LSH iTables
+    fitted on its own data alone and on the pooled data, and its epsilon spent / cap as the
+    coordinator's ledger reports it (``budgets``: ``GET /v1/admin/budget`` by participant)."""
+    central = LSHiTables(random_state=seed).fit(data.X)
+    rows = []
+    for h, out in zip(hospitals, outs, strict=True):
+        y = data.y[h.rows]
+        fed = read_scores(out, [f"r{r:06d}" for r in h.rows])
+        auc_fed = {col: auc(y, fed[col]) for col in fed}
+        alone = LSHiTables(random_state=seed).fit(data.X[h.rows])
+        rows.append(
+            HospitalResult(
+                hospital=h.name,
+                kind=h.kind,
+                records=int(h.rows.size),
+                outliers=int(y.sum()),
+                auc_alone=auc(y, alone.decision_function(data.X[h.rows])),
+                auc_federated=auc_fed["score_lsh"],
+                auc_federated_grid=auc_fed.get("score_grid", float("nan")),
+                auc_federated_combined=auc_fed["outlier_score"],
+                auc_centralised=auc(y, central.decision_function(data.X[h.rows])),
+                epsilon_spent=budgets[h.name]["epsilon_spent"],
+                epsilon_cap=budgets[h.name]["epsilon_cap"],
+                scores=str(out),
+            )
+        )
+    return rows
 
 
 def format_table(rows: list[HospitalResult]) -> str:

@@ -33,7 +33,6 @@ import csv
 import functools
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from numpy.typing import NDArray
 from common.online.learner import OnlineConfig, OnlineSVM, centred_rows
 from common.online.params import OnlineParams, to_ball
 from common.online.wire import decode_vector
+from simulation.processes import PARTICIPANT, free_port, start_coordinator
 
 STUDY = "sim-stream"
 
@@ -121,8 +121,7 @@ def _queried(workdir: Path, names: list[str]) -> int:
     return total
 
 
-def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
-               ) -> dict[str, Any]:
+def run_stream(args: argparse.Namespace) -> dict[str, Any]:
     """Run the streaming simulation; returns the rows printed and the run facts."""
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fedod-stream-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -147,7 +146,7 @@ def run_stream(args: argparse.Namespace, start_coordinator: Any, free_port: Any
             "online": params.model_dump(mode="json")}).raise_for_status()
         fingerprint = api.get("/v1/key").json()["key_id"]
         cap = str(params.epoch_cost().epsilon * (args.chunks + 1))  # + the window left open
-        cli = [sys.executable, "-m", "participant.cli.main", "--no-progress"]
+        cli = [*PARTICIPANT]
         for name, rows in zip(names, split, strict=True):
             _hospital_files(workdir / name, features, X, y, rows)
             doc = api.post("/v1/participants", json={"name": name, "epsilon_cap": cap,

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from simulation.main import _free_port, start_coordinator  # noqa: E402
+from simulation.processes import free_port, start_coordinator  # noqa: E402
 
 EXE = [sys.executable, "-m", "participant.cli.main", "--no-progress"]
 D = 8
@@ -49,7 +49,7 @@ def with_ticks(lines: list[str], first: int) -> list[str]:
 
 
 def setup(work: Path, n: int) -> tuple[object, list[str], Path, Path, Path]:
-    proc, url, admin = start_coordinator(work, None, _free_port())
+    proc, url, admin = start_coordinator(work, None, free_port())
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
     names = [f"f{i}" for i in range(D)]
     api.post("/v1/studies", json={

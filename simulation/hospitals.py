@@ -1,0 +1,176 @@
+"""The hospitals' steps: the study an administrator creates for the demo data, each hospital's
+``fedod-participant`` processes (enrol, release, score) and, for secure aggregation, the
+consortium's certificate of the members.
+
+The simulation plays the consortium's data-protection officer with the functions behind
+``fedod-consortium`` (:func:`participant.cli.consortium.certify`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from common.config import StudyConfig
+from common.signing import SignedConfig, generate_key, load_private_key
+from participant.cli.consortium import certify, raw_key
+from simulation import demo_data as dd
+from simulation.processes import PARTICIPANT, run_all
+from simulation.report import HospitalResult, evaluate
+
+STUDY = "sim-study"
+# Public, domain-knowledge grid features for the default data (tumour size, texture and shape:
+# the markers pathologists grade). A custom dataset uses its first three features.
+GRID_FEATURES = ["worst_radius", "worst_texture", "worst_concave_points"]
+SEND_SLOT = 2.0
+"""Send slot of the demo hospitals (small data on loopback; the CLI default is 30 s)."""
+
+
+def study_request(
+    data: dd.Dataset, epsilon: Decimal, hospitals: int = 0, aggregation: str = "independent"
+) -> dict[str, Any]:
+    """The study an administrator would create for this dataset (public bounds only).
+
+    Small data under noise favours fewer, coarser tables: 50 tables of expected size 16, and
+    90 % of each release's epsilon on LSH iTables, 10 % on the grid (3 public features).
+    ``aggregation="secure"``: release rounds with secure aggregation over all ``hospitals``
+    (no dropouts, one colluder: each hospital sees the model), LSH tables only.
+    """
+    bounds = dd.study_bounds(data.X)
+    features = [
+        {"name": n, "lo": lo, "hi": hi} for n, (lo, hi) in zip(data.features, bounds, strict=True)
+    ]
+    eps_grid = (epsilon / 10).quantize(Decimal("0.000001"))
+    grid = [f for f in GRID_FEATURES if f in data.features] or data.features[:3]
+    if aggregation == "secure":
+        return {
+            "study_id": STUDY,
+            "features": features,
+            "lsh": {"n_tables": 50, "sample_size": 16},
+            "privacy": {"epsilon_lsh": str(epsilon)},
+            "aggregation": {"mode": "secure", "cohort_size": hospitals, "max_dropouts": 0,
+                            "max_colluders": 1},
+        }
+    return {
+        "study_id": STUDY,
+        "features": features,
+        "lsh": {"n_tables": 50, "sample_size": 16},
+        "grid": {
+            "bins": 3,
+            "features": grid,
+            "k": 10,
+            "max_depth": 3,
+        },
+        "privacy": {"epsilon_lsh": str(epsilon - eps_grid), "epsilon_grid": str(eps_grid)},
+    }
+
+
+def upload_membership(api: httpx.Client, consortium: Ed25519PrivateKey, workdir: Path,
+                      hospitals: list[dd.Hospital]) -> None:
+    """Play the consortium's data-protection officer: certify every hospital's identity key
+    (read from its state, as each would send it) and hand the certificate to the admin."""
+    signed = SignedConfig.model_validate(api.get(f"/v1/studies/{STUDY}/config").json())
+    params = StudyConfig.model_validate_json(signed.payload).aggregation
+    assert params is not None
+    members = {
+        h.name: raw_key(load_private_key(workdir / h.name / "state" / "identity_key.pem")
+                        .public_key())
+        for h in hospitals
+    }
+    expires = datetime.now(UTC) + timedelta(days=1)
+    membership = certify(STUDY, params, members, consortium, expires_at=expires)
+    api.put(f"/v1/studies/{STUDY}/membership",
+            json=membership.model_dump()).raise_for_status()
+
+
+def simulate(
+    args: argparse.Namespace,
+    workdir: Path,
+    data: dd.Dataset,
+    hospitals: list[dd.Hospital],
+    epsilon: Decimal,
+    url: str,
+    admin: str,
+) -> tuple[list[HospitalResult], dict[str, Any]]:
+    """Create the study and the hospitals through the admin API, then run every hospital's
+    ``fedod-participant`` steps as processes: enrol, release (``contribute``, or a secure
+    ``round`` after the consortium certified the members), score; return the table rows."""
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
+    consortium = generate_key()  # the simulator also plays the consortium's DPO
+    r = api.post("/v1/studies",
+                 json=study_request(data, epsilon, len(hospitals), args.aggregation))
+    r.raise_for_status()
+    fingerprint = api.get("/v1/key").json()["key_id"]
+    cap = str(epsilon * args.cap_releases)
+    cli = [*PARTICIPANT]
+    for h in hospitals:
+        hdir = workdir / h.name
+        hdir.mkdir(exist_ok=True)
+        dd.write_hospital_csv(hdir / "data.csv", data, h.rows)
+        r = api.post("/v1/participants", json={"name": h.name, "epsilon_cap": cap})
+        r.raise_for_status()
+        token_file = hdir / "token"
+        token_file.write_text(r.json()["token"])
+        token_file.chmod(0o600)
+        api.post(f"/v1/studies/{STUDY}/members", json={"participant": h.name}).raise_for_status()
+    logs = [workdir / h.name / "participant.log" for h in hospitals]
+    state = [["--state", str(workdir / h.name / "state")] for h in hospitals]
+    cols = ["--id-column", dd.ID_COLUMN, "--ignore-column", dd.LABEL_COLUMN]
+    say = print if not args.json else (lambda *_: None)
+    say(f"coordinator {url}; {len(hospitals)} hospitals enrolled; releasing noisy histograms ...")
+    run_all(
+        [
+            [
+                *cli,
+                *s,
+                "enrol",
+                "--coordinator",
+                url,
+                "--fingerprint",
+                fingerprint,
+                "--token-file",
+                str(workdir / h.name / "token"),
+                "--epsilon-cap",
+                cap,
+                "--max-release-epsilon",
+                str(epsilon),
+                *(["--consortium-key", raw_key(consortium.public_key())]
+                  if args.aggregation == "secure" else []),
+            ]
+            for h, s in zip(hospitals, state, strict=True)
+        ],
+        logs,
+    )
+    data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
+    slot = ["--send-slot", str(SEND_SLOT)]
+    if args.aggregation == "secure":
+        upload_membership(api, consortium, workdir, hospitals)
+        api.post(f"/v1/studies/{STUDY}/rounds").raise_for_status()
+        say("secure aggregation round: each hospital masks one noisy vector ...")
+    release = ["round", *slot] if args.aggregation == "secure" else ["contribute", *slot]
+    run_all([[*cli, *s, *release, *d] for s, d in zip(state, data_args, strict=True)], logs)
+    say("every hospital contributed; scoring locally with the global model ...")
+    outs = [workdir / h.name / "scores.csv" for h in hospitals]
+    run_all(
+        [
+            [*cli, *s, "score", *d, "--output", str(o)]
+            for s, d, o in zip(state, data_args, outs, strict=True)
+        ],
+        logs,
+    )
+    budgets = {b["participant"]: b for b in api.get("/v1/admin/budget").json()}
+    rows = evaluate(data, hospitals, outs, budgets, args.seed)
+    facts = {
+        "dataset": data.name,
+        "seed": args.seed,
+        "epsilon_per_release": str(epsilon),
+        "aggregation": args.aggregation,
+        "split": {h.name: h.rows.size for h in hospitals},
+    }
+    return rows, facts
