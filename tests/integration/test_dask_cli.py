@@ -68,7 +68,7 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     assert "column 'bp': missing values (NaN); first bad rows: 17 (nan), 201 (nan)" in error
     assert dask.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1] == error
     assert not releases(recording_proxy)
-    # A release drops the malformed rows (issue 25 item 13: one bad row is one removed
+    # A release drops the malformed rows (participant.data.reader: one bad row is one removed
     # record), counted on the workers and summed locally; the release goes out from the rest.
     dropped = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                       "--send-slot", "0")
