@@ -2,8 +2,8 @@
 ``fedod-participant`` processes (enrol, release, score) and, for secure aggregation, the
 consortium's certificate of the members.
 
-The simulation plays the consortium's data-protection officer with the functions behind
-``fedod-consortium`` (:func:`participant.cli.consortium.certify`).
+The simulation also plays the consortium's data-protection officer, with its tool
+``fedod-consortium`` run as a process (keygen, sign).
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.config import StudyConfig
-from common.signing import SignedConfig, generate_key, load_private_key
-from participant.cli.consortium import certify, raw_key
+from common.secagg.membership import MembershipBody
+from common.signing import SignedConfig
 from simulation import demo_data as dd
-from simulation.processes import PARTICIPANT, run_all
+from simulation.processes import CONSORTIUM, PARTICIPANT, run_all, run_json
 from simulation.report import HospitalResult, evaluate
 
 STUDY = "sim-study"
@@ -71,22 +70,34 @@ def study_request(
     }
 
 
-def upload_membership(api: httpx.Client, consortium: Ed25519PrivateKey, workdir: Path,
-                      hospitals: list[dd.Hospital]) -> None:
-    """Play the consortium's data-protection officer: certify every hospital's identity key
-    (read from its state, as each would send it) and hand the certificate to the admin."""
+def consortium_key(workdir: Path) -> str:
+    """Play the consortium's data-protection officer: a new consortium key
+    (``fedod-consortium keygen``, private PEM in ``workdir``); return its public key."""
+    pem = workdir / "consortium.pem"
+    pem.unlink(missing_ok=True)  # a new consortium for every run
+    [doc] = run_json([[*CONSORTIUM, "keygen", "--out", str(pem)]])
+    return str(doc["public_key"])
+
+
+def upload_membership(api: httpx.Client, workdir: Path, state: list[list[str]]) -> None:
+    """Each hospital prints its identity public key (``fedod-participant identity``, as it
+    would send it to the DPO); the DPO signs the members (``fedod-consortium sign``) and the
+    admin uploads the certificate."""
     signed = SignedConfig.model_validate(api.get(f"/v1/studies/{STUDY}/config").json())
     params = StudyConfig.model_validate_json(signed.payload).aggregation
     assert params is not None
-    members = {
-        h.name: raw_key(load_private_key(workdir / h.name / "state" / "identity_key.pem")
-                        .public_key())
-        for h in hospitals
-    }
-    expires = datetime.now(UTC) + timedelta(days=1)
-    membership = certify(STUDY, params, members, consortium, expires_at=expires)
-    api.put(f"/v1/studies/{STUDY}/membership",
-            json=membership.model_dump()).raise_for_status()
+    identities = run_json([[*PARTICIPANT, *s, "--json", "identity"] for s in state])
+    body = MembershipBody(
+        study_id=STUDY, version=1, expires_at=datetime.now(UTC) + timedelta(days=1),
+        cohort_size=params.cohort_size or 0, max_dropouts=params.max_dropouts,
+        max_colluders=params.max_colluders,
+        members={doc["participant"]: doc["identity_key"] for doc in identities},
+    )
+    members = workdir / "members.json"
+    members.write_text(body.model_dump_json())
+    [membership] = run_json([[*CONSORTIUM, "sign", "--key", str(workdir / "consortium.pem"),
+                              str(members)]])
+    api.put(f"/v1/studies/{STUDY}/membership", json=membership).raise_for_status()
 
 
 def simulate(
@@ -102,7 +113,8 @@ def simulate(
     ``fedod-participant`` steps as processes: enrol, release (``contribute``, or a secure
     ``round`` after the consortium certified the members), score; return the table rows."""
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
-    consortium = generate_key()  # the simulator also plays the consortium's DPO
+    secure = args.aggregation == "secure"
+    consortium = consortium_key(workdir) if secure else ""  # the simulator plays the DPO too
     r = api.post("/v1/studies",
                  json=study_request(data, epsilon, len(hospitals), args.aggregation))
     r.raise_for_status()
@@ -140,8 +152,7 @@ def simulate(
                 cap,
                 "--max-release-epsilon",
                 str(epsilon),
-                *(["--consortium-key", raw_key(consortium.public_key())]
-                  if args.aggregation == "secure" else []),
+                *(["--consortium-key", consortium] if secure else []),
             ]
             for h, s in zip(hospitals, state, strict=True)
         ],
@@ -149,11 +160,11 @@ def simulate(
     )
     data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
     slot = ["--send-slot", str(SEND_SLOT)]
-    if args.aggregation == "secure":
-        upload_membership(api, consortium, workdir, hospitals)
+    if secure:
+        upload_membership(api, workdir, state)
         api.post(f"/v1/studies/{STUDY}/rounds").raise_for_status()
         say("secure aggregation round: each hospital masks one noisy vector ...")
-    release = ["round", *slot] if args.aggregation == "secure" else ["contribute", *slot]
+    release = ["round", *slot] if secure else ["contribute", *slot]
     run_all([[*cli, *s, *release, *d] for s, d in zip(state, data_args, strict=True)], logs)
     say("every hospital contributed; scoring locally with the global model ...")
     outs = [workdir / h.name / "scores.csv" for h in hospitals]

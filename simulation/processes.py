@@ -1,8 +1,10 @@
 """Process start-up for the simulation: a free loopback port, the coordinator process (ready
-once ``/readyz`` answers), and one process per hospital run side by side."""
+once ``/readyz`` answers), and one process per hospital (or per consortium step) run side by
+side."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -16,6 +18,8 @@ import httpx
 
 PARTICIPANT = (sys.executable, "-m", "participant.cli.main", "--no-progress")
 """How a hospital's ``fedod-participant`` process is started (its options follow)."""
+CONSORTIUM = (sys.executable, "-m", "participant.cli.consortium")
+"""How the consortium's ``fedod-consortium`` is started (its subcommand follows)."""
 
 
 def free_port() -> int:
@@ -59,3 +63,18 @@ def run_all(cmds: list[list[str]], logs: list[Path]) -> None:
         if proc.wait() != 0:
             tail = log.read_text(errors="replace")[-2000:]
             raise SystemExit(f"hospital process failed ({' '.join(cmd)}):\n{tail}")
+
+
+def run_json(cmds: list[list[str]]) -> list[Any]:
+    """Run the processes concurrently and return what each printed on stdout, parsed as JSON
+    (in order); fail loudly if any fails."""
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for cmd in cmds]
+    docs = []
+    for proc, cmd in zip(procs, cmds, strict=True):
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace")[-2000:]
+            raise SystemExit(f"process failed ({' '.join(cmd)}):\n{tail}")
+        docs.append(json.loads(out))
+    return docs
