@@ -7,8 +7,8 @@ a bare FastAPI endpoint also does), the replay digest, base64, zlib inflate, SHA
 full ``check_release``; then the whole request through the real app (TestClient, SQLite
 file or a private schema of the PostgreSQL test database) with the SQL statements it runs
 besides BEGIN, counted by an engine event (SQLite only: on PostgreSQL the hot statements run on
-the driver cursor, which the engine's events do not see; ``coordinator.ledger.charge_pg``
-lists them). ``--cprofile N`` prints the N functions with the
+the driver cursor, which the engine's events do not see; ``coordinator.ledger.charge`` lists
+them). ``--cprofile N`` prints the N functions with the
 most cumulative time in the route's work (the group-commit writer's batches).
 """
 
@@ -76,7 +76,7 @@ def profile(tables: int, sample: int, repeat: int, db_url: str, top: int) -> Non
     def count(statement: str) -> None:
         statements[0] += not statement.startswith(("BEGIN", "COMMIT", "ROLLBACK"))
 
-    # the hot statements run on the driver cursor (services.driver_sql): count them there
+    # the hot statements run on the driver cursor (coordinator.db.driver_sql): count them there
     event.listen(app.state.engine, "connect",
                  lambda dbapi, _record: dbapi.set_trace_callback(count))
     app.state.engine.dispose()
