@@ -27,7 +27,7 @@ POLL_SECONDS = 2.0
 
 
 def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
-    doc = run_round(agent, args, options(args))
+    doc = run_unattended(agent, args, options(args))
     what = "released a new noisy histogram" if doc["released_now"] else "already released"
     out(args, doc, f"{what} for {args.study}; model has "
                     f"{count(int(str(doc['contributors'])), 'contributor')}; scored {doc['rows']} "
@@ -80,7 +80,8 @@ def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
     return True
 
 
-def run_round(agent: Agent, args: argparse.Namespace, options: DataOptions) -> dict[str, object]:
+def run_unattended(agent: Agent, args: argparse.Namespace,
+                   options: DataOptions) -> dict[str, object]:
     """Enrol if needed, release at most once per config version, wait, score."""
     if not agent.state.is_enrolled():
         fingerprint = args.fingerprint
