@@ -38,9 +38,10 @@ from common.delta_floor import MAX_RELEASE_DELTA
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 DEFAULT_MAX_RELEASE_EPSILON = "2"
-"""Per-release epsilon ceiling when ``enrol`` is not given one (issue 15, item 7)."""
+"""Per-release epsilon ceiling when ``enrol`` is not given one
+(:func:`participant.release.policy.check_ceiling`)."""
 DEFAULT_MAX_RELEASE_DELTA = str(MAX_RELEASE_DELTA)
-"""Per-release delta ceiling when ``enrol`` is not given one (issue 25, item 6): the largest
+"""Per-release delta ceiling when ``enrol`` is not given one: the largest
 delta any valid config may spend in one release (``common.delta_floor``)."""
 _STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 

@@ -1,4 +1,4 @@
-"""The per-release delta ceiling set at enrolment (issue 25, item 6).
+"""The per-release delta ceiling set at enrolment.
 
 ``enrol --max-release-delta`` (default 1e-4, the largest delta any valid config may spend in
 one release) is stored with the enrolment; every release kind refuses a config spending more

@@ -1,5 +1,6 @@
-"""Participant-side privacy policy (issue 15): send slot, ceiling, approved schema, row cap,
-no refund after the data is read, noise-only substitutes, always-clip, empty files."""
+"""Participant-side privacy policy (participant.release.policy): send slot, ceiling, approved
+schema, row cap, no refund after the data is read, noise-only substitutes, always-clip, empty
+files."""
 
 from __future__ import annotations
 

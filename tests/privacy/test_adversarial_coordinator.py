@@ -1,4 +1,4 @@
-"""An adversarial coordinator against real participant processes (issue 15, "How it is measured").
+"""An adversarial coordinator against real participant processes (docs/TRUST.md).
 
 A test coordinator (a loopback HTTP server in this process, signing every config with its own
 Ed25519 key, exactly as the real one does) issues a sequence of configs that each try to turn

@@ -1,4 +1,4 @@
-"""A coordinator that invents members, and a secure round's transcript (issue 25, items 1, 2).
+"""A coordinator that invents members, and a secure round's transcript (docs/TRUST.md).
 
 The participant (a real :class:`participant.agent.Agent`, driven by
 :func:`participant.secagg.round.run_secure_round`) talks to a coordinator played here over
