@@ -14,11 +14,9 @@ a send slot that does not depend on the data; a stored release is re-sent unchan
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +25,13 @@ from pydantic import ValidationError
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.errors import BudgetExceeded, ConfigError, SignatureInvalid
+from common.errors import ConfigError, SignatureInvalid
 from common.noise.planning import config_noise_warning
 from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
-from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.data.dataset import DatasetSource, open_source
-from participant.data.reader import DataSource, DataSpec
+from participant.client import CoordinatorClient, check_coordinator_url
+from participant.data.dataset import DatasetSource
+from participant.data.reader import DataSource
+from participant.options import DataOptions
 from participant.release import policy
 from participant.release.ledger import Ledger
 from participant.state import (
@@ -46,77 +45,11 @@ from participant.state import (
 
 log = logging.getLogger("fedod.participant")
 
+__all__ = ["Agent", "DataOptions"]
+
 if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
-    from participant.release.contribute import SendResult
+    from participant.release.contribute import ContributeOutcome, SendResult
     from participant.scoring.score import ScoreSummary
-
-
-def check_coordinator_url(url: str) -> str:
-    """Refuse a coordinator address that is not an http(s) URL (a usage error, not an outage)."""
-    parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
-    if parsed is None or not parsed.host:
-        raise ValueError(f"--coordinator {url!r} is not a URL: give it with its scheme, "
-                         "e.g. https://coordinator.example.org or http://127.0.0.1:8000")
-    return url
-
-
-class CredentialRefused(CoordinatorRefused):
-    """The coordinator does not accept the participant credential (401/403)."""
-
-
-@dataclass(frozen=True)
-class DataOptions:
-    """How to read the local file: record key, ignored columns, out-of-bounds policy, and
-    (releases only) the most rows one record key may contribute."""
-
-    id_column: str | None = None
-    ignore: tuple[str, ...] = ()
-    on_out_of_bounds: str = "clip"
-    chunk_rows: int = 65_536
-    progress: bool = False
-    rows_per_id: int | None = None
-    engine: str = "inprocess"  # or "dask" (participant.dask.engine)
-    scheduler: str | None = None  # Dask scheduler address; None: start a LocalCluster
-
-    def source(self, path: str | Path, config: StudyConfig, *, release: bool = False
-               ) -> DataSource | DatasetSource:
-        """A file's :class:`DataSource`, or a :class:`DatasetSource` for a directory or glob."""
-        spec = DataSpec.from_config(
-            config, id_column=self.id_column, ignore=self.ignore,
-            on_out_of_bounds=self.on_out_of_bounds,
-            rows_per_id=self.rows_per_id if release else None,
-            on_bad_row="drop" if release else "error",  # participant.data.reader: one bad row
-        )
-        source = open_source(path, spec, chunk_rows=self.chunk_rows, progress=self.progress)
-        if spec.rows_per_id is not None and (
-            isinstance(source, DatasetSource) or self.engine != "inprocess"
-        ):
-            raise ValueError("--rows-per-id counts a person's rows within one file; give a "
-                             "single file with the in-process engine (rows of one person in "
-                             "several files or partitions would not be capped)")
-        return source
-
-    def engine_kw(self) -> dict[str, Any]:
-        """Keyword arguments for the engine's functions (``scheduler`` for Dask)."""
-        if self.engine not in ("inprocess", "dask"):
-            raise ValueError(f"unknown engine {self.engine!r}; use 'inprocess' or 'dask'")
-        return {"scheduler": self.scheduler} if self.engine == "dask" else {}
-
-
-@dataclass(frozen=True)
-class ContributeOutcome:
-    """What ``contribute`` did; everything but ``sent`` is local information only.
-
-    ``send_slots``: how many send slots the release waited (1 when reading the data fitted
-    in the slot; 0 without a slot or for a re-send).
-    """
-
-    sent: list[SendResult] = field(default_factory=list)
-    clipped: dict[str, int] = field(default_factory=dict)
-    spent: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
-    cap: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
-    dropped: int = 0
-    send_slots: int = 0
 
 
 class Agent:
@@ -176,27 +109,9 @@ class Agent:
         if not fingerprint.startswith("sha256:"):
             fingerprint = "sha256:" + fingerprint
         with self.client(coordinator_url) as client:
-            key_doc = client.get_key()
-        pem = key_doc["public_key_pem"]
-        actual = key_fingerprint(public_key_from_pem(pem))
-        if actual != fingerprint.lower():
-            raise SignatureInvalid(
-                f"the coordinator at {coordinator_url} presented key {actual}, not the pinned "
-                f"{fingerprint}; check the fingerprint with the coordinator's operator",
-                actual=actual,
-            )
+            pem, actual = client.pinned_key(fingerprint, coordinator_url)
         with self.client(coordinator_url, token) as client:
-            try:
-                client.me()
-            except CoordinatorRefused as exc:
-                if exc.status not in (401, 403):
-                    raise
-                raise CredentialRefused(
-                    f"the coordinator at {coordinator_url} does not accept this credential "
-                    f"(HTTP {exc.status}: {exc.detail}). Check that the token file holds the "
-                    "credential the coordinator's operator gave you for this participant, "
-                    "and that it was not revoked; nothing was stored.",
-                    status=exc.status, detail=exc.detail) from exc
+            client.check_credential(coordinator_url)
         enrolment = Enrolment(
             coordinator_url.rstrip("/"), token, actual,
             f"{cap.epsilon.normalize():f}", f"{cap.delta.normalize():f}",
@@ -277,23 +192,20 @@ class Agent:
         from participant.release import contribute as rel
         enrolment = self.state.load_enrolment()
         with self.state.lock(), self.ledger() as ledger, self.client() as client:
-            rel.recover(self.state, ledger)
-            pending = ledger.entries(study=study, status="stored")
-            if pending:
-                sent = [rel.send_stored(self.state, ledger, client, e, resent=True)
-                        for e in pending]
-                return ContributeOutcome(sent, {}, ledger.spent(), enrolment.cap)
+            if sent := rel.resend_stored(self.state, ledger, client, study):
+                return rel.ContributeOutcome(sent, {}, ledger.spent(), enrolment.cap)
             policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
             config, signed = self.fetch_config(study, client)
             anchor = self.clock()
-            ledger.check(config.release_cost(), enrolment.cap)
-            self._check_coordinator_budget(client, config.release_cost())
-            source = self._checked_source(study, path, options, config, enrolment,
-                                          approve_schema)
+            cost = config.release_cost()  # once: charged, checked and claimed in the body
+            ledger.check(cost, enrolment.cap)
+            policy.check_coordinator_budget(client, cost)
+            source = self.checked_source(study, path, options, config, enrolment,
+                                         approve_schema, cost)
             entry, substitute = rel.make_release(
                 self.state, ledger, study=study, config=config, config_digest=signed.digest(),
-                source=source, cap=enrolment.cap, rows_per_id=options.rows_per_id,
-                counter=self._counter(options),
+                source=source, cost=cost, cap=enrolment.cap, rows_per_id=options.rows_per_id,
+                counter=options.counter(),
             )
             send_at, slots = policy.send_schedule(anchor, send_slot, self.clock())
             if (wait := send_at - self.clock()) > 0:
@@ -301,41 +213,19 @@ class Agent:
             result = rel.send_stored(self.state, ledger, client, entry, resent=False)
             if substitute is not None:
                 raise rel.ReleaseSubstituted.after(path, entry, substitute)
-            return ContributeOutcome([result], source.report.clipped, ledger.spent(),
-                                     enrolment.cap, source.report.dropped, slots)
+            return rel.ContributeOutcome([result], source.report.clipped, ledger.spent(),
+                                         enrolment.cap, source.report.dropped, slots)
 
-    @staticmethod
-    def _check_coordinator_budget(client: CoordinatorClient, cost: PrivacyBudget) -> None:
-        """Refuse, before any noise is drawn, a release the coordinator's ledger would refuse
-        (it would still count as spent here: its noisy bytes would have left)."""
-        there = client.budget()
-        if not cost.fits_within(there.remaining):
-            raise BudgetExceeded(
-                f"the coordinator's ledger has {there.remaining} left of your cap there "
-                f"{there.cap} (spent there: {there.spent}); this release costs {cost}. Nothing "
-                "was drawn or sent, and nothing was spent. Ask the coordinator's administrator "
-                "to raise your cap.",
-                spent=there.spent, asked=cost, cap=there.cap)
-
-    @staticmethod
-    def _counter(options: DataOptions) -> Callable[..., Any] | None:
-        """The exact-histogram function of the chosen engine (None: in-process)."""
-        engine_kw = options.engine_kw()
-        if not engine_kw:
-            return None
-        from participant.dask.engine import exact_histograms as on_dask
-
-        return functools.partial(on_dask, **engine_kw)
-
-    def _checked_source(
+    def checked_source(
         self, study: str, path: str | Path, options: DataOptions, config: StudyConfig,
-        enrolment: Enrolment, approve_schema: bool,
+        enrolment: Enrolment, approve_schema: bool, cost: PrivacyBudget,
     ) -> DataSource | DatasetSource:
-        """Every check a release passes before reading a record (participant.release.policy)."""
+        """Every check a release of ``cost`` passes before reading a record
+        (:mod:`participant.release.policy`); the file's source, its header read."""
         policy.check_release_options(config, on_out_of_bounds=options.on_out_of_bounds,
                                      id_column=options.id_column,
                                      rows_per_id=options.rows_per_id)
-        policy.check_ceiling(config.release_cost(), enrolment.ceiling)
+        policy.check_ceiling(cost, enrolment.ceiling)
         policy.check_column_roles(config, options.id_column, options.ignore)
         schema = policy.check_schema(self.state.load_approved(study), config,
                                      approve=approve_schema)
@@ -348,9 +238,7 @@ class Agent:
         """Send every stored-but-unacknowledged release (all studies)."""
         from participant.release import contribute as rel
         with self.state.lock(), self.ledger() as ledger, self.client() as client:
-            rel.recover(self.state, ledger)
-            return [rel.send_stored(self.state, ledger, client, e, resent=True)
-                    for e in ledger.entries(status="stored")]
+            return rel.resend_stored(self.state, ledger, client)
 
     def score(
         self,

@@ -10,6 +10,7 @@ do not wait.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -19,7 +20,8 @@ from typing import Any
 import httpx
 
 from common.budget import PrivacyBudget
-from common.errors import CoordinatorUnavailable, FedodError
+from common.errors import CoordinatorUnavailable, FedodError, SignatureInvalid
+from common.signing import key_fingerprint, public_key_from_pem
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _jitter = random.SystemRandom()
@@ -45,6 +47,19 @@ class CoordinatorRefused(FedodError):
     @property
     def is_budget(self) -> bool:
         return self.status == 409 and "budget" in self.detail.lower()
+
+
+def check_coordinator_url(url: str) -> str:
+    """Refuse a coordinator address that is not an http(s) URL (a usage error, not an outage)."""
+    parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
+    if parsed is None or not parsed.host:
+        raise ValueError(f"--coordinator {url!r} is not a URL: give it with its scheme, "
+                         "e.g. https://coordinator.example.org or http://127.0.0.1:8000")
+    return url
+
+
+class CredentialRefused(CoordinatorRefused):
+    """The coordinator does not accept the participant credential (401/403)."""
 
 
 def _detail(response: httpx.Response) -> str:
@@ -156,6 +171,19 @@ class CoordinatorClient:
         """``GET /v1/key`` -> KeyPublic JSON."""
         return self.request("GET", "/v1/key").json()  # type: ignore[no-any-return]
 
+    def pinned_key(self, fingerprint: str, url: str) -> tuple[str, str]:
+        """``GET /v1/key`` checked against the pinned ``fingerprint`` (``sha256:...``) of the
+        coordinator at ``url``; returns the key's PEM and fingerprint."""
+        pem = str(self.get_key()["public_key_pem"])
+        actual = key_fingerprint(public_key_from_pem(pem))
+        if actual != fingerprint.lower():
+            raise SignatureInvalid(
+                f"the coordinator at {url} presented key {actual}, not the pinned "
+                f"{fingerprint}; check the fingerprint with the coordinator's operator",
+                actual=actual,
+            )
+        return pem, actual
+
     def get_config(self, study: str) -> str:
         """``GET /v1/studies/{study}/config`` -> SignedConfig JSON text."""
         return self.request("GET", f"/v1/studies/{study}/config").text
@@ -178,6 +206,62 @@ class CoordinatorClient:
     def me(self) -> dict[str, Any]:
         """``GET /v1/me`` -> BudgetPublic JSON (the coordinator's ledger for us)."""
         return self.request("GET", "/v1/me").json()  # type: ignore[no-any-return]
+
+    def check_credential(self, url: str) -> None:
+        """Ask ``GET /v1/me``; raise :class:`CredentialRefused` if the coordinator (``url``, as
+        the operator gave it) does not accept our credential (401/403)."""
+        try:
+            self.me()
+        except CoordinatorRefused as exc:
+            if exc.status not in (401, 403):
+                raise
+            raise CredentialRefused(
+                f"the coordinator at {url} does not accept this credential "
+                f"(HTTP {exc.status}: {exc.detail}). Check that the token file holds the "
+                "credential the coordinator's operator gave you for this participant, "
+                "and that it was not revoked; nothing was stored.",
+                status=exc.status, detail=exc.detail) from exc
+
+    def participant_name(self) -> str:
+        """Our participant name as the coordinator knows it (``GET /v1/me``)."""
+        return str(self.me()["participant"])
+
+    def register_identity_key(self, body: bytes) -> None:
+        """``POST /v1/me/identity-key`` with the key and its proof of possession."""
+        self.request("POST", "/v1/me/identity-key", content=body)
+
+    def get_round(self, study: str, known_roster: str | None = None) -> str | None:
+        """``GET /v1/studies/{study}/rounds/current`` -> RoundState JSON text, or None (404:
+        no round); with ``known_roster`` the coordinator leaves that roster out."""
+        path = f"/v1/studies/{study}/rounds/current"
+        if known_roster is not None:
+            path += f"?known_roster={known_roster}"
+        resp = self.request("GET", path, ok=(200, 404))
+        return resp.text if resp.status_code == 200 else None
+
+    def post_round_message(self, study: str, number: int, step: str, body: bytes,
+                           content_type: str = "application/json") -> None:
+        """``POST /v1/studies/{study}/rounds/{number}/{step}`` (keys, masked, unmask,
+        shares) with the stored message bytes."""
+        self.request("POST", f"/v1/studies/{study}/rounds/{number}/{step}", content=body,
+                     headers={"Content-Type": content_type})
+
+    def get_cohorts(self, study: str) -> dict[str, Any]:
+        """``GET /v1/studies/{study}/cohorts`` -> the cohort run's state (and model when done)."""
+        return self.request("GET", f"/v1/studies/{study}/cohorts").json()  # type: ignore[no-any-return]
+
+    def post_cohort_round(self, study: str, number: int, body: bytes) -> None:
+        """``POST /v1/studies/{study}/cohorts/rounds/{number}`` with the stored vector bytes."""
+        self.request("POST", f"/v1/studies/{study}/cohorts/rounds/{number}", content=body)
+
+    def post_online_gradient(self, study: str, body: bytes) -> None:
+        """``POST /v1/studies/{study}/online/gradients`` with the stored window release."""
+        self.request("POST", f"/v1/studies/{study}/online/gradients", content=body)
+
+    def get_online_model(self, study: str) -> dict[str, Any]:
+        """``GET /v1/studies/{study}/online/model`` -> weights, average, centre, version."""
+        return json.loads(  # type: ignore[no-any-return]
+            self.request("GET", f"/v1/studies/{study}/online/model").text)
 
     def budget(self) -> CoordinatorBudget:
         """Our cap, spent and remaining budget as the coordinator's ledger has them."""

@@ -39,7 +39,7 @@ def released_under(agent: Agent, study: str, version: int) -> bool:
     """True when the local ledger holds an acknowledged release for this config version."""
     with agent.ledger() as ledger:
         return any(
-            e.config_version == version and e.status == "acknowledged"
+            e.config_version == version and e.status in ("acknowledged", "kept")
             for e in ledger.entries(study=study)
         )
 

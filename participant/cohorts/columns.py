@@ -51,7 +51,7 @@ def fetch_cohorts(study_dir: Path, client: Any, config: Any) -> Cohorts | None:
     None when the study has no cohorts or the run has not finished."""
     if config.cohorts is None:
         return None
-    doc = client.request("GET", f"/v1/studies/{config.study_id}/cohorts").json()
+    doc = client.get_cohorts(config.study_id)
     model = model_from_doc(doc)
     if model is not None:
         from participant.state import write_private

@@ -30,10 +30,12 @@ from common.cohorts.protocol import CohortState, RoundProtocol
 from common.cohorts.study import protocol_of
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, Conflict
-from participant.agent import Agent, DataOptions
+from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.cohorts.columns import MODEL_FILE, model_from_doc
+from participant.options import DataOptions
 from participant.release import policy
+from participant.release.flow import Charge, charged_release
 from participant.state import Enrolment, write_private
 
 Stop = Literal["drawn"] | None
@@ -110,36 +112,35 @@ def _draw(agent: Agent, config: StudyConfig, protocol: RoundProtocol, number: in
                    if e.idempotency_key.startswith(prefix) and e.idempotency_key != key]
         spent = sum((e.cost for e in earlier), PrivacyBudget.zero())
         mechanism = _check_round(config, protocol, state, spent)
-        cost = mechanism.cost
-        policy.check_ceiling(cost, enrolment.ceiling)
-        known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
-        if known and known[0].status not in ("intended", "abandoned"):  # those never left
+        charge = Charge(key, study, config.version, "", mechanism.cost, enrolment.cap)
+        policy.check_ceiling(charge.cost, enrolment.ceiling)
+        known = ledger.entry(key)
+        if known and known.status not in ("intended", "abandoned"):  # those never left
             raise ValueError(f"round {number} of {study!r} was drawn and charged, but its "
                              f"stored vector {path} is gone; it cannot be re-sent (restore "
                              "the state directory from a backup)")
         if not known:
-            ledger.check(cost, enrolment.cap)
-            agent._check_coordinator_budget(client, cost)
-            ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
-                           config_digest="", cost=cost, cap=enrolment.cap)
-        exact = _exact(protocol, state, source, options)
-        if clipped := mechanism.clipped(exact):
-            log.warning("cohort round %d: %d value(s) were clipped to the study's public record "
-                        "bound (aggregation.max_records) before the noise (local only, not "
-                        "sent)", number, clipped)
-        noisy = mechanism.release(exact)
-        body = {"idempotency_key": key, "config_version": config.version,
-                "epsilon": format(cost.epsilon.normalize(), "f"),
-                "delta": format(cost.delta.normalize(), "f"),
-                "values": [int(v) for v in noisy]}
-        write_private(path, json.dumps(body, separators=(",", ":")).encode())
-        ledger.mark(key, "acknowledged",
-                    detail=f"cohort round {number}: noisy vector stored locally")
+            ledger.check(charge.cost, enrolment.cap)
+            policy.check_coordinator_budget(client, charge.cost)
 
+        def make() -> tuple[np.ndarray, str | None]:
+            exact = _exact(protocol, state, source, options)  # zeros if the data is unusable
+            if clipped := mechanism.clipped(exact):
+                log.warning("cohort round %d: %d value(s) were clipped to the study's public "
+                            "record bound (aggregation.max_records) before the noise (local "
+                            "only, not sent)", number, clipped)
+            return mechanism.release(exact), None
 
-def _cohorts_doc(client: CoordinatorClient, study: str) -> dict[str, Any]:
-    doc: dict[str, Any] = client.request("GET", f"/v1/studies/{study}/cohorts").json()
-    return doc
+        def store(noisy: np.ndarray, _: str | None) -> None:
+            body = {"idempotency_key": key, "config_version": config.version,
+                    "epsilon": format(charge.cost.epsilon.normalize(), "f"),
+                    "delta": format(charge.cost.delta.normalize(), "f"),
+                    "values": [int(v) for v in noisy]}
+            write_private(path, json.dumps(body, separators=(",", ":")).encode())
+
+        charged_release(ledger, charge, make=make, store=store, status="kept",
+                        detail=lambda _: f"cohort round {number}: noisy vector stored locally",
+                        known=known)
 
 
 def _refuse_failed(doc: dict[str, Any], study: str) -> None:
@@ -185,13 +186,13 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
     with agent.state.lock(), agent.client() as client:
         config, _ = agent.fetch_config(study, client)
         protocol = _setup(config)
-        name = client.request("GET", "/v1/me").json()["participant"]
+        name = client.participant_name()
         folder = agent.state.study_dir(study) / "cohorts"
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         sent: list[int] = []
         give_up = time.monotonic() + wait
         while True:
-            doc = _cohorts_doc(client, study)
+            doc = client.get_cohorts(study)
             _refuse_failed(doc, study)
             model = model_from_doc(doc)
             if model is not None:
@@ -211,8 +212,10 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
             path = folder / f"round-{number}.json"
             if not path.exists():
                 anchor = agent.clock()
-                source = agent._checked_source(study, data, options, config, enrolment,
-                                               approve_schema)
+                # the study's release ceiling, checked as before every release kind; the
+                # round's own cost is checked against it in _draw
+                source = agent.checked_source(study, data, options, config, enrolment,
+                                              approve_schema, config.release_cost())
                 state = CohortState(number - 1, doc["state"])
                 _draw(agent, config, protocol, number, state, source, options, enrolment, path,
                       client)
@@ -221,7 +224,6 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
                 send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
                 if (pause := send_at - agent.clock()) > 0:
                     agent.sleep(pause)
-            client.request("POST", f"/v1/studies/{study}/cohorts/rounds/{number}",
-                           content=path.read_bytes())
+            client.post_cohort_round(study, number, path.read_bytes())
             sent.append(number)
             give_up = time.monotonic() + wait  # the wait counts from the last progress

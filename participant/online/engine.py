@@ -24,7 +24,7 @@ centred on it before scoring, querying and its gradient
 Windows before the centring window are outside the schedule: records are scored only, nothing
 is charged or released.
 
-**A centre that is already fixed** (issue 25 item 7): before it reserves the centring window
+**A centre that is already fixed**: before it reserves the centring window
 the stream fetches the served model; if the coordinator has taken a step (the centre is fixed,
 for instance because this participant joined late), the window is *skipped*: nothing is
 charged, no record of it is kept or queried (they are scored only) and nothing is released.
@@ -56,6 +56,7 @@ from common.online.schedule import centre_batch, window_batch
 from common.online.wire import CENTRE_FIXED, OnlineGradientCreate, decode_vector, encode_vector
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.online.store import StreamStore
+from participant.release.flow import Charge
 from participant.release.ledger import Ledger
 
 Vector = NDArray[np.float64]
@@ -103,6 +104,7 @@ class Streamer:
         self.ledger, self.client, self.cap, self.detectors = ledger, client, cap, detectors
         self.now, self.refetch = now, refetch
         self.rule, self.noise = self.params.rule(), self.params.noise()
+        self.cost = self.params.epoch_cost()  # each window's charge and its release's claim
         self.lo, self.hi = np.asarray(config.lo), np.asarray(config.hi)
         self.stream_id = store.stream_id()
 
@@ -179,8 +181,12 @@ class Streamer:
         self.store.open_window(window)
 
     def _charge(self, window: int, key: str) -> None:
-        """Reserve the window in the local ledger, after checking both caps."""
-        cost = self.params.epoch_cost()
+        """Reserve the window in the local ledger, after checking both caps. The window's
+        release is drawn when it ends and kept by the stream store, which sends it: the
+        ledger marks the charge ``kept`` (:mod:`participant.release.ledger`)."""
+        charge = Charge(key, self.config.study_id, self.config.version, self.digest,
+                        self.cost, self.cap)
+        cost = charge.cost
         unsent = len(self.store.stored_releases()) + 1  # the coordinator charges on receipt
         there = self.client.budget()
         owed = PrivacyBudget.from_units(*(u * unsent for u in cost.to_units()))
@@ -189,17 +195,14 @@ class Streamer:
                 raise BudgetExceeded(
                     f"the coordinator's ledger has {there.remaining} left of your cap there",
                     spent=there.spent, asked=owed, cap=there.cap)
-            self.ledger.reserve(idempotency_key=key, study=self.config.study_id,
-                                config_version=self.config.version, config_digest=self.digest,
-                                cost=cost, cap=self.cap)
+            charge.reserve(self.ledger)
         except BudgetExceeded as exc:
             raise StreamCapReached(
                 f"privacy cap reached: schedule window {window} of this stream costs {cost} "
                 f"and does not fit ({exc}). The stream stopped before deciding or noising any "
                 "record of it; its position is kept.", spent=_budget(exc.context.get("spent")),
                 asked=cost, cap=_budget(exc.context.get("cap"), self.cap)) from exc
-        self.ledger.mark(key, "acknowledged",
-                         detail=f"stream window {window}: charged once for its slots")
+        self.ledger.mark(key, "kept", detail=f"stream window {window}: charged once for its slots")
 
     def _close(self, window: int) -> None:
         """The window ended: pad, form its one batch, noise it once, store it, send it."""
@@ -214,7 +217,7 @@ class Streamer:
         else:
             total, count = window_batch(w, self.store.window_queried(window),
                                         self.params.window_slots - used, self.rule)
-        cost = self.params.epoch_cost()
+        cost = self.cost
         self.store.durable()  # the window's decisions are final before noise is drawn
         key = secrets.token_urlsafe(24)
         body = OnlineGradientCreate(
@@ -253,8 +256,7 @@ class Streamer:
         return answered
 
     def _post(self, body: str) -> None:
-        self.client.request("POST", f"/v1/studies/{self.config.study_id}/online/gradients",
-                            content=body.encode())
+        self.client.post_online_gradient(self.config.study_id, body.encode())
 
     def _rewrap(self, key: str, body: str, exc: CoordinatorRefused) -> str:
         """The same noisy release (same key, sum, count, window, claim) under the newest
@@ -279,8 +281,7 @@ class Streamer:
     def refresh_weights(self) -> int:
         """Pick up the coordinator's newest online weights and centre; return the served
         model's version (its number of steps)."""
-        doc = json.loads(self.client.request(
-            "GET", f"/v1/studies/{self.config.study_id}/online/model").text)
+        doc = self.client.get_online_model(self.config.study_id)
         if self.params.centre_window is not None and doc.get("centre") is not None:
             self.store.set_centre(decode_vector(doc["centre"], self.params.dim))
         if int(doc["version"]) > self.store.weights()[1]:

@@ -8,29 +8,32 @@ Order of operations (each step durable before the next starts)::
     ─► write body to outbox/<key>.json (fsync) ─► ledger: stored
     ─► wait for the send slot ─► POST (retries send these same bytes) ─► ledger: acknowledged
 
-**One malformed row is one dropped record** (issue 25): a row with an empty, NA, NaN,
+**One malformed row is one dropped record**: a row with an empty, NA, NaN,
 non-numeric or infinite feature value (or a CSV line with the wrong number of fields) is
 dropped and counted locally (:attr:`participant.data.reader.DataReport.malformed`, never sent), so
 it moves the release by at most what removing one record may.
 
-**Nothing after the reservation may fail because of the data** (issue 15): if reading the
+**Nothing after the reservation may fail because of the data** (docs/TRUST.md): if reading the
 file (unreadable, a missing column: nothing one row can cause), counting or drawing the
-noise raises, the release goes out anyway with *noise-only*
-counts (the histograms of an empty dataset), under the same key and at the same time, and the
-error is reported locally only. Whether and when a POST arrives therefore does not depend on
+noise raises, the release goes out anyway with *noise-only* counts (the histograms of an
+empty dataset), under the same key and at the same time, and the error is reported locally
+only. Whether and when a POST arrives therefore does not depend on
 the records; the ledger keeps the charge in every case. If even the noise-only release fails
 (a config the code cannot release, independent of the data) or the agent dies, the release
 is marked ``abandoned`` and stays charged. A temporary body left by a failed write is
 shredded (:func:`participant.state.shred`); no noisy body is written outside the outbox.
 
-If the agent dies anywhere after the body is stored, the next ``contribute`` re-sends that
-body byte for byte under the same idempotency key before doing anything else, and draws no
-new noise; the coordinator answers a replay with the original contribution.
+The steps from the reservation to ``stored`` are the one charged-release flow of every kind
+of release (:func:`participant.release.flow.charged_release`). If the agent dies anywhere
+after the body is stored, the next ``contribute`` re-sends that body byte for byte under the
+same idempotency key before doing anything else, and draws no new noise; the coordinator
+answers a replay with the original contribution.
 
 **Sensitivity with a per-key row cap.** With ``rows_per_id = N`` one person adds at most
 ``N`` rows, so the LSH vector has L1 sensitivity ``m * N`` and a dense grid ``N``; the noise
 scale is ``sensitivity / epsilon`` with the config's epsilon, which is what is charged (per
-person). A sparse grid is only released with ``N = 1`` (:mod:`participant.release.policy`).
+person): the cost is computed once per release and the noised releases must add up to it.
+A sparse grid is only released with ``N = 1`` (:mod:`participant.release.policy`).
 
 Only noisy counts, the config version/digest and the claimed (epsilon, delta) leave the
 machine; never row counts, clipping counts or any other statistic of the local data.
@@ -41,7 +44,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,10 +53,12 @@ from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.encoding import encode_release
 from common.errors import InvalidInput
+from common.noise.scale import grid_sensitivity, lsh_sensitivity
 from common.schemas import ContributionCreate
 from common.secagg.params import AggregationParams
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.release.counts import ExactCounts, empty_counts, exact_histograms
+from participant.release.flow import Charge, charged_release, or_noise_only
 from participant.release.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private
 
@@ -87,6 +92,22 @@ class SendResult:
     resent: bool
 
 
+@dataclass(frozen=True)
+class ContributeOutcome:
+    """What ``contribute`` did; everything but ``sent`` is local information only.
+
+    ``send_slots``: how many send slots the release waited (1 when reading the data fitted
+    in the slot; 0 without a slot or for a re-send).
+    """
+
+    sent: list[SendResult] = field(default_factory=list)
+    clipped: dict[str, int] = field(default_factory=dict)
+    spent: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
+    cap: PrivacyBudget = field(default_factory=PrivacyBudget.zero)
+    dropped: int = 0
+    send_slots: int = 0
+
+
 def noisy_releases(
     config: StudyConfig, exact: ExactCounts, rows_per_id: int | None = None
 ) -> tuple[Release, Release | None]:
@@ -99,23 +120,27 @@ def noisy_releases(
     # against (common.release_bounds); clipping one cell is 1-Lipschitz, so the L1
     # sensitivity stays n_tables * n (LSH) and n (grid).
     cap = (config.aggregation or AggregationParams()).max_records
-    lsh = release_lsh_counts(np.minimum(exact.lsh, cap), config.lsh_family().n_tables * n,
-                             p.epsilon_lsh)
+    lsh = release_lsh_counts(np.minimum(exact.lsh, cap),
+                             sensitivity=lsh_sensitivity(config.lsh_family().n_tables, n),
+                             epsilon=p.epsilon_lsh)
     grid = None
     if exact.grid_dense is not None:
         grid = release_grid_counts(np.minimum(exact.grid_dense, cap), config.grid_cells,
-                                   p.epsilon_grid, sensitivity=n)
+                                   p.epsilon_grid, sensitivity=grid_sensitivity(n))
     elif exact.grid_cells is not None and exact.grid_counts is not None:
         grid = release_grid_counts((exact.grid_cells, np.minimum(exact.grid_counts, cap)),
                                    config.grid_cells, p.epsilon_grid, p.delta_grid,
-                                   sensitivity=n)
+                                   sensitivity=grid_sensitivity(n))
     return lsh, grid
 
 
-def build_body(key: str, config: StudyConfig, config_digest: str, lsh: Release,
-               grid: Release | None) -> bytes:
-    """The exact request body; stored before sending and re-sent unchanged on retry."""
-    cost = config.release_cost()
+def build_body(key: str, config: StudyConfig, config_digest: str, cost: PrivacyBudget,
+               lsh: Release, grid: Release | None) -> bytes:
+    """The exact request body; stored before sending and re-sent unchanged on retry. It
+    claims ``cost``, the charge, which must be what the noise was made for."""
+    made_for = lsh.cost if grid is None else lsh.cost + grid.cost
+    if made_for != cost:
+        raise ValueError(f"the noise was made for {made_for}, but the release is charged {cost}")
     body = ContributionCreate(
         idempotency_key=key,
         config_version=config.version,
@@ -162,25 +187,35 @@ def recover(state: StateDir, ledger: Ledger) -> None:
                     detail=None if stored else "agent stopped before the body was stored")
 
 
+def resend_stored(state: StateDir, ledger: Ledger, client: CoordinatorClient,
+                  study: str | None = None) -> list[SendResult]:
+    """Settle what a crash left (:func:`recover`), then re-send every stored body (of
+    ``study``, or of every study) byte for byte, drawing nothing."""
+    recover(state, ledger)
+    return [send_stored(state, ledger, client, e, resent=True)
+            for e in ledger.entries(study=study, status="stored")]
+
+
 Counter = Callable[..., ExactCounts]
 
 
 def release_body(
-    key: str, config: StudyConfig, config_digest: str, source: Any,
-    rows_per_id: int | None, counter: Counter | None = None,
+    charge: Charge, config: StudyConfig, source: Any, rows_per_id: int | None,
+    counter: Counter | None = None,
 ) -> tuple[bytes, str | None]:
     """Read the data and draw the release; on any error, a noise-only release instead.
 
     Returns the body and, when it is a substitute, the local-only reason.
     """
-    try:
-        exact = (counter or exact_histograms)(source, config.lsh_family(), config.grid_spec(),
-                                              dense_grid=config.grid_layout == "dense")
-        return build_body(key, config, config_digest,
-                          *noisy_releases(config, exact, rows_per_id)), None
-    except Exception as exc:  # the data must not decide whether a release goes out
-        lsh, grid = noisy_releases(config, empty_counts(config), rows_per_id)
-        return build_body(key, config, config_digest, lsh, grid), f"{type(exc).__name__}: {exc}"
+    def body(exact: Callable[[], ExactCounts]) -> bytes:
+        return build_body(charge.key, config, charge.config_digest, charge.cost,
+                          *noisy_releases(config, exact(), rows_per_id))
+
+    return or_noise_only(
+        lambda: body(lambda: (counter or exact_histograms)(
+            source, config.lsh_family(), config.grid_spec(),
+            dense_grid=config.grid_layout == "dense")),
+        lambda: body(lambda: empty_counts(config)))
 
 
 def make_release(
@@ -191,25 +226,22 @@ def make_release(
     config: StudyConfig,
     config_digest: str,
     source: Any,
+    cost: PrivacyBudget,
     cap: PrivacyBudget,
     rows_per_id: int | None = None,
     counter: Counter | None = None,
 ) -> tuple[LedgerEntry, str | None]:
-    """Reserve (charged from here on), read, draw noise once, store the body durably.
+    """Reserve ``cost`` (charged from here on), read, draw noise once, store the body durably.
 
     Returns the stored ledger entry and the reason when the body is a noise-only substitute.
     """
-    key = secrets.token_urlsafe(24)
-    ledger.reserve(idempotency_key=key, study=study, config_version=config.version,
-                   config_digest=config_digest, cost=config.release_cost(), cap=cap)
-    try:
-        body, substitute = release_body(key, config, config_digest, source, rows_per_id,
-                                        counter)
-        write_private(state.outbox_path(key), body)
-    except BaseException as exc:
-        ledger.mark(key, "abandoned", detail=f"not stored ({type(exc).__name__}); charged")
-        raise
-    ledger.mark(key, "stored", detail=substitute and f"noise-only substitute: {substitute}")
-    entry = next(e for e in ledger.entries(status="stored", study=study)
-                 if e.idempotency_key == key)
+    charge = Charge(secrets.token_urlsafe(24), study, config.version, config_digest, cost, cap)
+    _, substitute = charged_release(
+        ledger, charge,
+        make=lambda: release_body(charge, config, source, rows_per_id, counter),
+        store=lambda body, _: write_private(state.outbox_path(charge.key), body),
+        status="stored", detail=lambda reason: reason and f"noise-only substitute: {reason}",
+        abandon_on_failure=True)
+    entry = ledger.entry(charge.key)
+    assert entry is not None and entry.status == "stored"
     return entry, substitute

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,9 +19,15 @@ from common.config import StudyConfig
 from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
-from participant.data.reader import Chunk
 
 log = logging.getLogger("fedod.participant")
+
+
+class Rows(Protocol):
+    """A chunk of checked, clipped records (:class:`participant.data.spec.Chunk`)."""
+
+    @property
+    def X(self) -> NDArray[np.float64]: ...  # noqa: N802 - the records matrix, as in Chunk
 
 
 @dataclass
@@ -34,7 +41,7 @@ class ExactCounts:
 
 
 def exact_histograms(
-    source: Iterable[Chunk], family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
+    source: Iterable[Rows], family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool
 ) -> ExactCounts:
     """Histograms are additive: accumulate them chunk by chunk with bounded memory."""
     out = ExactCounts(lsh=np.zeros(family.n_cells, dtype=np.int64))

@@ -5,13 +5,21 @@ is checked in the same transaction, so no coordinator config can make the partic
 overspend. A release moves through these states::
 
     intended ──► stored ──► acknowledged      (coordinator answered 200/201)
-        │           └─────► rejected          (coordinator refused it with a final 4xx)
+        │  │        └─────► rejected          (coordinator refused it with a final 4xx)
+        │  └─► kept                           (held locally by the protocol that sends it)
         └─► abandoned                         (agent died, or failed, before the body was stored)
+
+``stored`` and ``acknowledged`` belong to an independent release, whose body waits in the
+outbox until the coordinator answers. ``kept`` is a release whose sending this ledger does not
+follow: a secure round's noisy vector (``participant.secagg``), a cohort round's
+(``participant.cohorts``), a stream window's charge (``participant.online``); their own files
+keep and re-send them. Ledgers written before ``kept`` existed marked those ``acknowledged``
+with no contribution id; they read as ``kept`` (:data:`_READ_STATUS`).
 
 **Every state counts as spent, ``abandoned`` included.** A release is reserved just before the
 data is read, so any release in the ledger may have read the data; refunding one that failed
-would let a coordinator learn from data-dependent failures for free (issue 15: a crash that
-depends on where a record falls turns "was a POST sent?" into a free query). A release is
+would let a coordinator learn from data-dependent failures for free (a crash that depends on
+where a record falls turns "was a POST sent?" into a free query; docs/TRUST.md). A release is
 never refunded once reserved; only checks that do not read the data (config, caps, schema,
 column names) may refuse without a charge, and they run before the reservation.
 
@@ -29,7 +37,12 @@ from pathlib import Path
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 
-STATUSES = ("intended", "stored", "acknowledged", "rejected", "abandoned")
+STATUSES = ("intended", "stored", "kept", "acknowledged", "rejected", "abandoned")
+
+_READ_STATUS = ("CASE WHEN status='acknowledged' AND contribution_id IS NULL THEN 'kept' "
+                "ELSE status END")
+"""A status as read: only the coordinator's answer sets a contribution id, so an
+``acknowledged`` row without one was a locally kept release (written before ``kept``)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS releases (
@@ -146,7 +159,7 @@ class Ledger:
         contribution_id: str | None = None,
         detail: str | None = None,
     ) -> None:
-        """Move a release to ``status`` (stored/acknowledged/rejected/abandoned)."""
+        """Move a release to ``status`` (stored/kept/acknowledged/rejected/abandoned)."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
         self._db.execute(
@@ -156,15 +169,17 @@ class Ledger:
             (status, _now(), contribution_id, detail, idempotency_key),
         )
 
-    def entries(self, *, study: str | None = None, status: str | None = None) -> list[LedgerEntry]:
-        sql = "SELECT * FROM releases WHERE 1=1"
+    def entries(self, *, study: str | None = None, status: str | None = None,
+                key: str | None = None) -> list[LedgerEntry]:
+        sql = ("SELECT idempotency_key, study, config_version, config_digest, eps_nano, "
+               f"delta_atto, {_READ_STATUS}, created_at, updated_at, contribution_id, detail "
+               "FROM releases WHERE 1=1")
         args: list[str] = []
-        if study is not None:
-            sql += " AND study=?"
-            args.append(study)
-        if status is not None:
-            sql += " AND status=?"
-            args.append(status)
+        for column, value in (("study", study), (_READ_STATUS, status),
+                              ("idempotency_key", key)):
+            if value is not None:
+                sql += f" AND {column}=?"
+                args.append(value)
         rows = self._db.execute(sql + " ORDER BY created_at, rowid", args).fetchall()
         return [
             LedgerEntry(
@@ -181,6 +196,11 @@ class Ledger:
             )
             for r in rows
         ]
+
+    def entry(self, key: str) -> LedgerEntry | None:
+        """The release recorded under ``key``, if any."""
+        found = self.entries(key=key)
+        return found[0] if found else None
 
     def newest_seen(self, study: str) -> int | None:
         row = self._db.execute(

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from numpy.typing import NDArray
 
 from common.secagg.identity import sign_identity_proof
 from common.secagg.keys import RoundSecrets, raw_public
@@ -18,6 +20,9 @@ from common.signing import load_private_key, save_private_key
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.state import write_private
+
+SUBSTITUTE = "substitute.txt"
+"""Written (local only) when the data could not be used and the vector is noise only."""
 
 
 @dataclass
@@ -38,6 +43,16 @@ class RoundFiles:
 
     def record_unmasked(self, attempt: int) -> None:
         write_private(self.root / "unmasked", str(attempt).encode())
+
+    def store_noisy(self, noisy: NDArray[np.int64], substitute: str | None) -> None:
+        """Store the noisy vector (fsync) as ``noisy.npy``, and the local-only reason
+        beside it (:data:`SUBSTITUTE`) when it is noise only; a restart reuses it."""
+        if substitute is not None:  # local only: stays on this machine
+            write_private(self.root / SUBSTITUTE, substitute.encode())
+        tmp = self.root / "noisy.tmp.npy"
+        np.save(tmp, noisy.astype(np.int64))
+        write_private(self.root / "noisy.npy", tmp.read_bytes())
+        tmp.unlink()
 
     def frame(self, name: str, make: Callable[[], bytes]) -> bytes:
         """A stored frame, made and stored (fsync) first if absent: retries resend it."""
@@ -61,10 +76,10 @@ def register_identity(agent: Agent, client: CoordinatorClient) -> Ed25519Private
     """Register the identity key with a proof of possession bound to this participant's name
     (as the coordinator knows it) and the pinned coordinator key."""
     key = identity_key(agent)
-    name = client.me()["participant"]
+    name = client.participant_name()
     proof = sign_identity_proof(key, agent.state.load_enrolment().key_fingerprint, name)
     body = json.dumps({"public_key": b64e(raw_public(key)), "proof": proof}).encode()
-    client.request("POST", "/v1/me/identity-key", content=body)
+    client.register_identity_key(body)
     return key
 
 

@@ -11,8 +11,9 @@ Order of operations (each step durable before the next)::
     the data cannot be read (or has no rows) the counts are zeros: a noise-only vector goes on
     through the round exactly like any other, and the command exits 3 afterwards ─►
     noisy vector = counts + a noise share per part (common.secagg.vector), drawn ONCE, stored
-    (rounds/<n>/noisy.npy) ─► masked frame stored, then posted at the fixed send slot after
-    the roster was read (``send_slot``; retries send the same bytes) ─►
+    (rounds/<n>/noisy.npy; participant.secagg.vector) ─► masked frame stored, then posted at
+    the fixed send slot after the roster was read (``send_slot``; retries send the same
+    bytes) ─►
     unmask answer (its own self seed) only under the rules of common.secagg.participant, its
     attempt recorded (rounds/<n>/unmasked) before the answer leaves ─► only if members were lost
     after masking: the shares held of their seeds, for that same attempt only
@@ -21,54 +22,32 @@ Advert, masked and unmask travel as binary frames (common.secagg.wire,
 application/octet-stream); the rare shares answer as signed JSON.
 
 A restarted attempt (someone was lost before masking) reuses the stored noisy vector under
-fresh masks. The noise share is a parameter (``noise_share``) so the protocol is testable
-without a particular sampler; the default is :func:`common.noise.sample_noise_share`.
+fresh masks.
 """
 
 from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-from numpy.typing import NDArray
-
-from common.config import StudyConfig
 from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
 from common.secagg.membership import SignedMembership
 from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.schemas import RoundState
-from common.secagg.vector import NoiseShare, noisy_secure_vector
+from common.secagg.vector import NoiseShare
 from common.secagg.wire import OCTET_STREAM
-from participant.agent import Agent, DataOptions
+from participant.agent import Agent
 from participant.client import CoordinatorClient
+from participant.options import DataOptions
 from participant.release import policy
-from participant.release.contribute import ReleaseSubstituted
-from participant.release.counts import empty_counts, exact_histograms
 from participant.secagg.checks import certified_members, check_certified_roster
 from participant.secagg.files import RoundFiles, register_identity
-from participant.state import write_private
+from participant.secagg.vector import default_noise_share, noisy_vector, raise_if_substituted
 
 Stop = Literal["keys", "masked"] | None
-SUBSTITUTE = "substitute.txt"
-"""Written (local only) when the data could not be used and the vector is noise only."""
-
-
-def ledger_key(study: str, number: int) -> str:
-    """The local ledger's idempotency key of this member's vector in round ``number``."""
-    return f"secagg-{study}-{number}"
-
-
-def default_noise_share(
-    n: int, sensitivity: int, epsilon: Decimal, h_min: int
-) -> NDArray[np.int64]:
-    from common.noise import sample_noise_share
-
-    return sample_noise_share(n, sensitivity, epsilon, h_min)
 
 
 class RoundAbandoned(Conflict):
@@ -85,70 +64,6 @@ def current_round(agent: Agent, study: str) -> RoundState | None:
         return _state(client, study)
 
 
-def _noisy_vector(
-    agent: Agent,
-    study: str,
-    number: int,
-    config: StudyConfig,
-    data: str | Path,
-    options: DataOptions,
-    noise_share: NoiseShare,
-    files: RoundFiles,
-) -> NDArray[np.int64]:
-    """The stored noisy vector of this round; drawn once, after the ledger reserved it."""
-    path = files.root / "noisy.npy"
-    if path.exists():
-        stored: NDArray[np.int64] = np.load(path)
-        return stored
-    key = ledger_key(study, number)
-    enrolment = agent.state.load_enrolment()
-    # The same checks as an independent release, before the ledger reserves anything:
-    # per-release ceiling, column roles, approved schema, clipping policy.
-    source = agent._checked_source(study, data, options, config, enrolment, False)
-    with agent.ledger() as ledger:
-        known = [e for e in ledger.entries(study=study) if e.idempotency_key == key]
-        if not known:
-            ledger.reserve(
-                idempotency_key=key,
-                study=study,
-                config_version=config.version,
-                config_digest="",
-                cost=config.release_cost(),
-                cap=enrolment.cap,
-            )
-        elif known[0].status == "abandoned":
-            ledger.check(config.release_cost(), enrolment.cap)
-        (files.root / SUBSTITUTE).unlink(missing_ok=True)  # left by a crash before noisy.npy
-        try:
-            exact = exact_histograms(source, config.lsh_family(), config.grid_spec(),
-                                     dense_grid=True)
-            substitute = None
-        except Exception as exc:  # the data must not decide whether this member goes on
-            exact, substitute = empty_counts(config), f"{type(exc).__name__}: {exc}"
-        noisy = noisy_secure_vector(config, exact.lsh, exact.grid_dense, noise_share)
-        if substitute is not None:  # local only: stays on this machine
-            write_private(files.root / SUBSTITUTE, substitute.encode())
-        tmp = files.root / "noisy.tmp.npy"
-        np.save(tmp, noisy.astype(np.int64))
-        write_private(path, tmp.read_bytes())
-        tmp.unlink()
-        detail = f"secure round {number}: noisy vector stored locally"
-        if substitute is not None:
-            detail += f" (noise-only substitute: {substitute})"
-        ledger.mark(key, "acknowledged", detail=detail)
-    return noisy.astype(np.int64)
-
-
-def _substituted(agent: Agent, study: str, number: int, files: RoundFiles, data: object) -> None:
-    """After the round: raise (exit 3) when this member's vector was noise only."""
-    path = files.root / SUBSTITUTE
-    if path.exists():
-        key = ledger_key(study, number)
-        with agent.ledger() as ledger:
-            entry = next(e for e in ledger.entries(study=study) if e.idempotency_key == key)
-        raise ReleaseSubstituted.after(data, entry, path.read_text())
-
-
 def _state(
     client: CoordinatorClient,
     study: str,
@@ -156,13 +71,10 @@ def _state(
 ) -> RoundState | None:
     """The current attempt. With ``rosters`` (digest -> roster and membership certificate
     already read), the coordinator leaves out the last one read and both are filled in here."""
-    path = f"/v1/studies/{study}/rounds/current"
-    if rosters:
-        path += f"?known_roster={next(reversed(rosters))}"
-    resp = client.request("GET", path, ok=(200, 404))
-    if resp.status_code != 200:
+    text = client.get_round(study, next(reversed(rosters)) if rosters else None)
+    if text is None:
         return None
-    st = RoundState.model_validate_json(resp.text)
+    st = RoundState.model_validate_json(text)
     if rosters is None:
         return st
     if st.roster is not None:
@@ -176,11 +88,10 @@ def _state(
 def _post(
     client: CoordinatorClient, study: str, number: int, what: str, msg: bytes | SignedMessage
 ) -> None:
-    path = f"/v1/studies/{study}/rounds/{number}/{what}"
     if isinstance(msg, SignedMessage):
-        client.request("POST", path, content=msg.model_dump_json().encode())
+        client.post_round_message(study, number, what, msg.model_dump_json().encode())
     else:
-        client.request("POST", path, content=msg, headers={"Content-Type": OCTET_STREAM})
+        client.post_round_message(study, number, what, msg, OCTET_STREAM)
 
 
 def run_secure_round(
@@ -216,7 +127,7 @@ def run_secure_round(
         me = agent.state.load_enrolment()
         if me.consortium_key is None:
             certified_members(None, None, study, config, datetime.now(UTC))
-        name = client.request("GET", "/v1/me").json()["participant"]
+        name = client.participant_name()
         identity = register_identity(agent, client)
         coordinator = agent.public_key()
         k = config.secure_modulus_bits()
@@ -243,7 +154,8 @@ def run_secure_round(
                 raise RoundAbandoned(f"round {number} was replaced by round {st.round}")
             if st.status == "done":
                 if took_part:
-                    _substituted(agent, study, number, RoundFiles(rounds_dir / str(number)), data)
+                    raise_if_substituted(agent, study, number,
+                                         RoundFiles(rounds_dir / str(number)), data)
                 return {
                     "study": study,
                     "round": st.round,
@@ -272,7 +184,7 @@ def run_secure_round(
             elif st.status == "masking" and "masked" not in st.done:
                 roster = check(st, advert, ref)  # certified: only now is anything read
                 anchor = agent.clock()
-                noisy = _noisy_vector(agent, study, number, config, data, options, noise_share,
+                noisy = noisy_vector(agent, study, number, config, data, options, noise_share,
                                       files)
                 make = functools.partial(
                     proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,

@@ -21,6 +21,7 @@ from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import ConfigError, ReleaseOutOfBounds
 from participant.agent import Agent, DataOptions
 from participant.cohorts import rounds as part
+from participant.release import policy
 from participant.state import Enrolment
 
 DEPTH = 3
@@ -153,7 +154,7 @@ def test_the_ledger_charges_exactly_what_the_noise_was_calibrated_for(case, tmp_
 
     monkeypatch.setattr("common.noise.laplace.add_discrete_laplace", laplace)
     monkeypatch.setattr(gaussian, "add_gaussian", gauss)
-    monkeypatch.setattr(Agent, "_check_coordinator_budget", staticmethod(lambda *_: None))
+    monkeypatch.setattr(policy, "check_coordinator_budget", lambda *_: None)
     config = CASES[case]
     protocol = protocol_of(config)
     agent = Agent(tmp_path / "state")
@@ -186,7 +187,7 @@ def test_a_participant_past_the_record_bound_is_clipped_and_told_locally(tmp_pat
     clipped; nothing of that is sent."""
     from common.secagg.params import AggregationParams
 
-    monkeypatch.setattr(Agent, "_check_coordinator_budget", staticmethod(lambda *_: None))
+    monkeypatch.setattr(policy, "check_coordinator_budget", lambda *_: None)
     config = _config(dims_per_node=2).model_copy(
         update={"aggregation": AggregationParams(max_records=100)})
     protocol = protocol_of(config)

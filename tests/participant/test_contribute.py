@@ -21,6 +21,7 @@ from participant.cli.main import exit_code
 from participant.client import CoordinatorRefused
 from participant.data.reader import DataSource, DataSpec
 from participant.release import contribute as rel
+from participant.release.counts import ExactCounts, exact_histograms
 
 FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]
 
@@ -164,8 +165,8 @@ def test_chunked_histograms_equal_whole_file_histograms(tmp_path, data, dense):
     config = FakeCoordinator(GridParams(bins=3, k=5)).config
     spec = DataSpec.from_config(config)
     whole = np.loadtxt(data, delimiter=",", skiprows=1)
-    exact = rel.exact_histograms(DataSource(data, spec, chunk_rows=40), config.lsh_family(),
-                                 config.grid_spec(), dense_grid=dense)
+    exact = exact_histograms(DataSource(data, spec, chunk_rows=40), config.lsh_family(),
+                             config.grid_spec(), dense_grid=dense)
     np.testing.assert_array_equal(exact.lsh, config.lsh_family().histogram(whole))
     expected = config.grid_spec().dense_counts(whole)
     if dense:
@@ -264,9 +265,9 @@ def test_counts_are_clipped_to_the_public_max_records_before_the_noise(monkeypat
                         lambda counts, *a, **k: seen.append(np.asarray(
                             counts if dense else counts[1])))
     counts = np.array([0, 3, 5, 6, 1000])
-    exact = rel.ExactCounts(lsh=counts, grid_dense=counts if dense else None,
-                            grid_cells=None if dense else np.arange(5),
-                            grid_counts=None if dense else counts)
+    exact = ExactCounts(lsh=counts, grid_dense=counts if dense else None,
+                        grid_cells=None if dense else np.arange(5),
+                        grid_counts=None if dense else counts)
     rel.noisy_releases(config, exact)
     for clipped in seen:
         np.testing.assert_array_equal(clipped, [0, 3, 5, 5, 5])

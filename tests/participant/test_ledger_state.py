@@ -45,7 +45,7 @@ def test_delta_is_capped_too(tmp_path):
 
 @pytest.mark.parametrize(
     "status",
-    ["stored", "acknowledged", "rejected", "abandoned"],
+    ["stored", "kept", "acknowledged", "rejected", "abandoned"],
 )
 def test_every_state_counts_as_spent(tmp_path, status):
     with Ledger(tmp_path / "l.sqlite3") as ledger:
@@ -53,6 +53,20 @@ def test_every_state_counts_as_spent(tmp_path, status):
         ledger.mark("a" * 16, status, contribution_id="c9")
         assert ledger.spent() == PrivacyBudget("0.5")  # never refunded once reserved
         assert ledger.entries(status=status)[0].contribution_id == "c9"
+
+
+def test_an_older_ledger_s_locally_kept_release_reads_as_kept(tmp_path):
+    """Before ``kept`` existed, a release kept locally (a secure or cohort round's vector, a
+    stream window) was marked ``acknowledged`` with no contribution id: it reads as kept."""
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        reserve(ledger, "secagg-s1-1", "0.5", PrivacyBudget("1"))
+        ledger.mark("secagg-s1-1", "acknowledged", detail="noisy vector stored locally")
+        reserve(ledger, "a" * 16, "0.25", PrivacyBudget("1"))
+        ledger.mark("a" * 16, "acknowledged", contribution_id="c9")
+        assert [e.status for e in ledger.entries()] == ["kept", "acknowledged"]
+        assert [e.idempotency_key for e in ledger.entries(status="kept")] == ["secagg-s1-1"]
+        assert ledger.entry("a" * 16).status == "acknowledged"
+        assert ledger.spent() == PrivacyBudget("0.75")
 
 
 def test_ledger_survives_reopen_and_keeps_newest_config(tmp_path):

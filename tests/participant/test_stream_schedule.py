@@ -18,7 +18,7 @@ from common.budget import PrivacyBudget
 from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.online import OnlineParams
 from common.online.wire import encode_vector
-from participant.client import CoordinatorBudget, CoordinatorRefused
+from participant.client import CoordinatorBudget, CoordinatorClient, CoordinatorRefused
 from participant.online.engine import StreamCapReached, StreamConfigChanged, Streamer
 from participant.online.store import StreamStore
 from participant.release.ledger import Ledger
@@ -43,6 +43,9 @@ class FakeCoordinator:
     def budget(self) -> CoordinatorBudget:
         big = PrivacyBudget(1000, Decimal("0.5"))
         return CoordinatorBudget(big, PrivacyBudget.zero(), big)
+
+    post_online_gradient = CoordinatorClient.post_online_gradient  # through request below
+    get_online_model = CoordinatorClient.get_online_model
 
     def request(self, method: str, path: str, *, content: bytes | None = None,
                 **_: object) -> httpx.Response:

@@ -27,7 +27,7 @@ from participant.cohorts import rounds as cohort_release
 from participant.dask import engine as engine_dask
 from participant.data.reader import WRONG_FIELDS
 from participant.online.io import RecordParser, read_lines
-from participant.release import contribute as rel
+from participant.release.counts import exact_histograms
 
 FEATURES = ("a", "b", "c")
 GOOD_ROW = b"5.5,2.25,9.0"
@@ -76,7 +76,7 @@ def _histograms(path, config, scheduler=None):
     if scheduler:
         return engine_dask.exact_histograms(source, *args, dense_grid=dense,
                                             scheduler=scheduler), source.report
-    return rel.exact_histograms(source, *args, dense_grid=dense), source.report
+    return exact_histograms(source, *args, dense_grid=dense), source.report
 
 
 def _as_dict(exact) -> dict[str, dict[int, int]]:
