@@ -252,7 +252,7 @@ class Agent:
     ) -> tuple[ScoreSummary, Any]:
         """Score local records with the global model; returns the summary and the model."""
         from common.detectors.combine import study_weights
-        from participant.cohorts.columns import fetch_cohorts
+        from participant.scoring.cohorts import fetch_cohorts
         from participant.scoring.model import fetch_model, model_detectors
         from participant.scoring.score import score_source
 

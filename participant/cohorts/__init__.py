@@ -1,1 +1,3 @@
-"""Private cohort rounds on the participant's side, and the cohort columns of a score file."""
+"""Private cohort rounds on the participant's side (the released model's score columns are in
+:mod:`participant.scoring.cohorts`).
+"""

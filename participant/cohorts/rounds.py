@@ -32,10 +32,10 @@ from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, Conflict
 from participant.agent import Agent
 from participant.client import CoordinatorClient
-from participant.cohorts.columns import MODEL_FILE, model_from_doc
 from participant.options import DataOptions
 from participant.release import policy
 from participant.release.flow import Charge, charged_release
+from participant.scoring.cohorts import MODEL_FILE, model_from_doc
 from participant.state import Enrolment, write_private
 
 Stop = Literal["drawn"] | None

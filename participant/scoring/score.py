@@ -45,7 +45,7 @@ class Detector(Protocol):
 
 class CohortColumns(Protocol):
     """What scoring needs of a study's released cohorts
-    (:class:`participant.cohorts.columns.Cohorts`): the extra score columns of records."""
+    (:class:`participant.scoring.cohorts.Cohorts`): the extra score columns of records."""
 
     def columns(self, X: NDArray[np.float64]) -> dict[str, NDArray[Any]]: ...
 

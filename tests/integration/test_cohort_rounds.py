@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from participant.cohorts.columns import MODEL_FILE
+from participant.scoring.cohorts import MODEL_FILE
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.cohorts.model import CohortModel, Condition
-from participant.cohorts.columns import Cohorts
 from participant.data.reader import DataSource, DataSpec
+from participant.scoring.cohorts import Cohorts
 from participant.scoring.score import score_source
 
 CENTRES = np.array([[1.0, 1.0], [9.0, 9.0]])
