@@ -94,7 +94,8 @@ def run_unattended(agent: Agent, args: argparse.Namespace,
         with open(args.token_file) as fh:
             token = fh.read().strip()
         agent.enrol(args.coordinator, token, fingerprint, epsilon_cap=args.epsilon_cap,
-                    delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon)
+                    delta_cap=args.delta_cap, max_release_epsilon=args.max_release_epsilon,
+                    max_release_delta=args.max_release_delta)
         if args.consortium_key:
             pin_consortium_key(agent, args.consortium_key)
     config, _ = agent.fetch_config(args.study)
