@@ -38,33 +38,31 @@ def test_run_releases_once_and_rerun_pays_nothing(participant_coordinator, tmp_p
     assert Decimal(first["epsilon_spent"]) == Decimal(second["epsilon_spent"]) == Decimal("1.5")
 
 
+def _run_alone(coord, study: str, tmp_path: Path) -> list[str]:
+    """A new study with one hospital (``hospital-<study>``) and its ``run`` arguments."""
+    token = new_study(coord, study, f"hospital-{study}")
+    data = tmp_path / "records.csv"
+    write_data(data, n=50)
+    (tmp_path / "token").write_text(token)
+    return ["run", study, str(data), "--id-column", "pid", "--ignore-column", "label", "-o",
+            str(tmp_path / "s.csv"), "--coordinator", coord.url, "--fingerprint",
+            coord.fingerprint(), "--token-file", str(tmp_path / "token"), "--epsilon-cap", "4"]
+
+
 def test_run_enrols_with_the_delta_ceiling_it_was_given(participant_coordinator, tmp_path: Path):
     """``run --max-release-delta`` reaches the enrolment, as ``enrol --max-release-delta`` does."""
     from participant.state import StateDir
 
-    coord = participant_coordinator
-    token = new_study(coord, "ceiling", "hospital-ceiling")
-    data, state = tmp_path / "records.csv", tmp_path / "state"
-    write_data(data, n=50)
-    (tmp_path / "token").write_text(token)
-    run_cli(state, "run", "ceiling", str(data), "--id-column", "pid", "--ignore-column",
-            "label", "-o", str(tmp_path / "s.csv"), "--coordinator", coord.url,
-            "--fingerprint", coord.fingerprint(), "--token-file", str(tmp_path / "token"),
-            "--epsilon-cap", "4", "--max-release-delta", "1e-9", "--json")
+    state = tmp_path / "state"
+    run_cli(state, *_run_alone(participant_coordinator, "ceiling", tmp_path),
+            "--max-release-delta", "1e-9", "--json")
 
     assert StateDir(state).load_enrolment().max_release_delta == "0.000000001"
 
 
 def test_run_gives_up_waiting_with_exit_6(participant_coordinator, tmp_path: Path):
-    coord = participant_coordinator
-    token = new_study(coord, "lonely", "hospital-lonely")
-    data, state = tmp_path / "records.csv", tmp_path / "state"
-    write_data(data, n=50)
-    (tmp_path / "token").write_text(token)
-    proc = run_cli(state, "run", "lonely", str(data), "--id-column", "pid", "--ignore-column",
-                   "label", "-o", str(tmp_path / "s.csv"), "--coordinator", coord.url,
-                   "--fingerprint", coord.fingerprint(), "--token-file", str(tmp_path / "token"),
-                   "--epsilon-cap", "4", "--min-contributors", "2", "--wait", "1", check=False)
+    proc = run_cli(tmp_path / "state", *_run_alone(participant_coordinator, "lonely", tmp_path),
+                   "--min-contributors", "2", "--wait", "1", check=False)
     assert proc.returncode == 6, proc.stderr
     assert "waited for 2" in proc.stderr
 
