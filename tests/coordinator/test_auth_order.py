@@ -1,4 +1,4 @@
-"""Authentication before validation, and no study-existence oracle (issue 25, item 9).
+"""Authentication before validation, and no study-existence oracle.
 
 Parametrized over every operation of the app's OpenAPI schema: a caller without a valid
 credential gets 401 whatever its body, never a 422 that tells it what the route accepts; a

@@ -1,4 +1,4 @@
-"""Poisoning bounds on the cohort round routes (issue 25 item 4): in-schema extreme values for
+"""Poisoning bounds on the cohort round routes: in-schema extreme values for
 every cohort release kind are refused with a 422 naming the bound, never a 5xx; a refusal
 changes nothing (ledgers, releases, rounds, results); no stored state or model is ever
 non-finite; a closing step that fails ends its round ``failed`` and the next round goes

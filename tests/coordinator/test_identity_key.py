@@ -1,4 +1,4 @@
-"""Identity-key registration carries a proof of possession (issue 25, item 8).
+"""Identity-key registration carries a proof of possession.
 
 Nobody can register a key it does not hold (422 before anything is looked up), so the 409
 for a key registered to another participant only ever reaches that key's holder; the same

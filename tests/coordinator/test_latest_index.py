@@ -3,7 +3,7 @@ on ``ix_contributions_latest``, so its cost does not grow with the study's other
 
 SQLite has no statistics unless ANALYZE ran; before migration 0010 it planned ``LATEST`` over
 ``ix_contributions_study_version`` (every release of the study) and ingest slowed from
-2.2 ms to 6.7 ms of server CPU per contribution at 10,000 merged (BENCHMARKS.md, issue 14).
+2.2 ms to 6.7 ms of server CPU per contribution at 10,000 merged (BENCHMARKS.md).
 """
 
 from __future__ import annotations

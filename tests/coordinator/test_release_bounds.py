@@ -1,4 +1,4 @@
-"""Poisoning bounds on the independent-release and online routes (issue 25 items 3 and 7):
+"""Poisoning bounds on the independent-release and online routes:
 in-schema extreme values for LSH, dense grid, sparse grid, online gradient and online centring
 releases are refused with a 422 naming the bound, never a 5xx; a refusal changes nothing
 (every table compared before and after); no stored or served model is ever non-finite; a step

@@ -1,5 +1,5 @@
 """A sparse grid far beyond 64 bits of cells through the API: multi-word keys are validated,
-merged across participants and served back (issue 15 item 1 / issue 8 item 2)."""
+merged across participants and served back."""
 
 from __future__ import annotations
 

@@ -218,7 +218,7 @@ def test_rows_per_id_is_refused_in_a_secure_round_before_anything_is_charged(coh
 def test_a_member_with_a_malformed_row_goes_on_without_that_row(cohort):
     """A bad value found while counting (after the reservation) must not make the member drop
     out (that would tell the coordinator something about the data), nor swap its vector for
-    a noise-only one (issue 25 item 13: the content would depend on one row). The row is
+    a noise-only one (the content would depend on one row). The row is
     dropped like a removed record and counted locally; the member goes through the round
     with the rest of its data and is charged like the others."""
     c = cohort("sa-bad-data")

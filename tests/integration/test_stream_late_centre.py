@@ -1,4 +1,4 @@
-"""A centring release that reaches the coordinator after its first step (issue 25 item 7),
+"""A centring release that reaches the coordinator after its first step,
 with real processes: the coordinator charges it (it observed the noisy body) without moving
 the centre, so the participant's ledger and the coordinator's agree on that window."""
 

@@ -192,7 +192,7 @@ def released_share(counts: int, n: int) -> tuple[NDArray[np.bool_], Release]:
 @pytest.mark.parametrize("correct", [True, False])
 def test_sparse_grid_isolated_record(correct: bool, request: pytest.FixtureRequest) -> None:
     """A cell holding one isolated record is absent without it, so its release probability
-    is the delta actually spent: it must not exceed the delta charged (issue 15 item 2)."""
+    is the delta actually spent: it must not exceed the delta charged."""
     if not correct:
         request.getfixturevalue("threshold_one_too_low")
     hit, _ = released_share(1, SPARSE_N)
