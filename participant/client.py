@@ -10,7 +10,6 @@ do not wait.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
@@ -260,8 +259,7 @@ class CoordinatorClient:
 
     def get_online_model(self, study: str) -> dict[str, Any]:
         """``GET /v1/studies/{study}/online/model`` -> weights, average, centre, version."""
-        return json.loads(  # type: ignore[no-any-return]
-            self.request("GET", f"/v1/studies/{study}/online/model").text)
+        return self.request("GET", f"/v1/studies/{study}/online/model").json()  # type: ignore[no-any-return]
 
     def budget(self) -> CoordinatorBudget:
         """Our cap, spent and remaining budget as the coordinator's ledger has them."""

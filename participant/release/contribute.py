@@ -207,15 +207,16 @@ def release_body(
 
     Returns the body and, when it is a substitute, the local-only reason.
     """
-    def body(exact: Callable[[], ExactCounts]) -> bytes:
+    count = counter or exact_histograms
+
+    def body(exact: ExactCounts) -> bytes:
         return build_body(charge.key, config, charge.config_digest, charge.cost,
-                          *noisy_releases(config, exact(), rows_per_id))
+                          *noisy_releases(config, exact, rows_per_id))
 
     return or_noise_only(
-        lambda: body(lambda: (counter or exact_histograms)(
-            source, config.lsh_family(), config.grid_spec(),
-            dense_grid=config.grid_layout == "dense")),
-        lambda: body(lambda: empty_counts(config)))
+        lambda: body(count(source, config.lsh_family(), config.grid_spec(),
+                           dense_grid=config.grid_layout == "dense")),
+        lambda: body(empty_counts(config)))
 
 
 def make_release(
