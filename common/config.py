@@ -191,9 +191,11 @@ class StudyConfig(_Model):
         return [f.hi for f in self.features]
 
     def release_cost(self) -> PrivacyBudget:
-        """Cost of one release (LSH plus grid), for the ledgers."""
+        """Cost of one release (LSH plus grid), for the ledgers; a secure release adds the
+        masking graph's failure probability to delta (AggregationParams.graph_delta)."""
         p = self.privacy
-        return PrivacyBudget(p.epsilon_lsh + p.epsilon_grid, p.delta_grid)
+        graph = self.aggregation.graph_delta if self.aggregation is not None else 0
+        return PrivacyBudget(p.epsilon_lsh + p.epsilon_grid, p.delta_grid + graph)
 
     def lsh_family(self) -> LSHFamily:
         """The RF-LSH family derived from the public seed (memoised per parameters)."""

@@ -139,10 +139,12 @@ class LSHFamily:
         for i in used:
             on_i = active & (self.features == i)
             distinct = np.unique(self.cuts[on_i])
-            table = np.zeros((distinct.size + 1, m), dtype=np.int64)
-            for j, k in zip(*np.nonzero(on_i), strict=True):
-                pos = int(np.searchsorted(distinct, self.cuts[j, k]))
-                table[pos + 1:, j] += 1 << int(k)
+            j, k = np.nonzero(on_i)
+            steps = np.zeros((distinct.size + 1, m), dtype=np.int64)
+            # bit k of table j switches on from rank pos + 1 upwards
+            np.add.at(steps, (np.searchsorted(distinct, self.cuts[j, k]) + 1, j),
+                      np.left_shift(np.int64(1), k.astype(np.int64)))
+            table = np.cumsum(steps, axis=0)
             cuts.append(distinct)
             tables.append(table)
         return used, cuts, tables

@@ -70,7 +70,13 @@ _I64_MAX = 2**63 - 1
 
 
 def _scale(sensitivity: int, epsilon: Decimal) -> float:
-    return float(Decimal(sensitivity) / epsilon) * (1 + 1e-12)  # at least the float scale used
+    """The noise scale the bounds are drawn for: at least the float scale the mechanism
+    used. Float on purpose, not exact like :func:`common.noise.scale.laplace_scale`: it
+    only sizes the acceptance tails (which compute in float, with slack), never the noise
+    drawn or the epsilon charged (``common.noise.laplace`` rounds its own scale up and
+    checks OpenDP's map); the exact quotient can sit a few ulps *below* that calibrated
+    scale, so it is inflated by ``1e-12`` to stay above it."""
+    return float(Decimal(sensitivity) / epsilon) * (1 + 1e-12)
 
 
 @lru_cache(maxsize=16)

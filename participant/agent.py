@@ -14,6 +14,7 @@ a send slot that does not depend on the data; a stored release is re-sent unchan
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -67,17 +68,21 @@ class Agent:
         timeout: float = 30.0,
     ) -> None:
         self.state = StateDir(state_dir)
+        self._warned: set[tuple[str, int]] = set()
         self.sleep, self.clock = sleep, clock
         self._client_kw: dict[str, Any] = dict(
-            transport=transport, sleep=sleep, event_hooks=event_hooks,
+            transport=transport, sleep=sleep, clock=clock, event_hooks=event_hooks,
             max_tries=max_tries, timeout=timeout,
         )
 
-    def client(self, url: str | None = None, token: str | None = None) -> CoordinatorClient:
+    def client(self, url: str | None = None, token: str | None = None, *,
+               patience: float = 0.0) -> CoordinatorClient:
+        """A client of the enrolled coordinator (or ``url``); ``patience``: seconds a request
+        keeps retrying a busy or unreachable coordinator (participant.client_transport)."""
         if url is None:
             enrolment = self.state.load_enrolment()
             url, token = enrolment.coordinator_url, enrolment.token
-        return CoordinatorClient(url, token, **self._client_kw)
+        return CoordinatorClient(url, token, patience=patience, **self._client_kw)
 
     def ledger(self) -> Ledger:
         self.state.create()
@@ -154,24 +159,21 @@ class Agent:
                                   f"{config.study_id!r}")
             ledger.see_config(study, config.version)
         warning = config_noise_warning(config)
-        if warning:
-            log.warning("study %s: %s", study, warning)
+        if warning and (study, config.version) not in self._warned:  # once per command
+            self._warned.add((study, config.version))
+            log.warning("warning: study %s: %s", study, warning)
         write_private(self.state.study_dir(study) / "config.json", text.encode())
         return config, signed
 
     def check_data(
         self, study: str, path: str | Path, options: DataOptions
     ) -> DataSource | DatasetSource:
-        """Read and check the whole file against the study schema (nothing is sent)."""
-        config, _ = self.fetch_config(study)
-        source = options.source(path, config)
-        if options.engine_kw():
-            from participant.dask.engine import check_dataset
+        """Read and check the whole file against the study schema as a release reads it
+        (nothing is sent): every bad column and its first bad rows in one refusal."""
+        from participant.data.precheck import checked_file
 
-            return check_dataset(source, **options.engine_kw())
-        for _ in source:
-            pass
-        return source
+        config, _ = self.fetch_config(study)
+        return checked_file(config, path, options)
 
     def approve(self, study: str) -> dict[str, Any]:
         """Fetch the study config and approve the columns it releases (operator decision)."""
@@ -183,18 +185,26 @@ class Agent:
     def contribute(
         self, study: str, path: str | Path, options: DataOptions, *,
         send_slot: float = policy.DEFAULT_SEND_SLOT, approve_schema: bool = False,
+        drop_malformed: bool = False,
     ) -> ContributeOutcome:
-        """Re-send a stored release if one is pending; otherwise make and send a new one.
+        """Re-send a stored release if one is pending; otherwise check the whole file
+        locally (:func:`participant.data.precheck.precheck`), then make and send a new one.
 
-        Every refusal happens before a record is read; from the ledger reservation on, the
-        release is charged and sent ``send_slot`` seconds after the config was fetched.
+        Every refusal happens before the ledger reservation; from it on, the release is
+        charged and sent ``send_slot`` seconds after the config was fetched.
         """
+        from participant.data import precheck as pre
         from participant.release import contribute as rel
         enrolment = self.state.load_enrolment()
-        with self.state.lock(), self.ledger() as ledger, self.client() as client:
+        policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
+        check = {"drop_malformed": drop_malformed}
+        with (self.state.lock(), self.ledger() as ledger, self.client() as client,
+              pre.engine_client(options) as dask):  # a LocalCluster starts before the slot
+            checked = None  # a pending stored release is only re-sent: no file is read
+            if not ledger.entries(study=study, status="stored"):
+                checked = pre.precheck(self, ledger, study, path, options, dask=dask, **check)
             if sent := rel.resend_stored(self.state, ledger, client, study):
                 return rel.ContributeOutcome(sent, {}, ledger.spent(), enrolment.cap)
-            policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
             config, signed = self.fetch_config(study, client)
             anchor = self.clock()
             cost = config.release_cost()  # once: charged, checked and claimed in the body
@@ -202,10 +212,13 @@ class Agent:
             policy.check_coordinator_budget(client, cost)
             source = self.checked_source(study, path, options, config, enrolment,
                                          approve_schema, cost)
+            if checked != config.version:  # no stored config, or it changed: check now
+                pre.check_before_release(config, path, options, dask=dask, **check)
             entry, substitute = rel.make_release(
                 self.state, ledger, study=study, config=config, config_digest=signed.digest(),
                 source=source, cost=cost, cap=enrolment.cap, rows_per_id=options.rows_per_id,
-                counter=options.counter(),
+                counter=(functools.partial(counter, client=dask)
+                         if (counter := options.counter()) else None),
             )
             send_at, slots = policy.send_schedule(anchor, send_slot, self.clock())
             if (wait := send_at - self.clock()) > 0:
@@ -222,11 +235,7 @@ class Agent:
     ) -> DataSource | DatasetSource:
         """Every check a release of ``cost`` passes before reading a record
         (:mod:`participant.release.policy`); the file's source, its header read."""
-        policy.check_release_options(config, on_out_of_bounds=options.on_out_of_bounds,
-                                     id_column=options.id_column,
-                                     rows_per_id=options.rows_per_id)
-        policy.check_ceiling(cost, enrolment.ceiling)
-        policy.check_column_roles(config, options.id_column, options.ignore)
+        policy.check_release_request(config, cost, enrolment.ceiling, options)
         schema = policy.check_schema(self.state.load_approved(study), config,
                                      approve=approve_schema)
         source = options.source(path, config, release=True)  # reads the header only

@@ -1,29 +1,36 @@
-"""HTTP client for the coordinator's /v1 API, with bounded retries.
-
-Retried (same request bytes every time): connection errors, timeouts, a dropped connection,
-5xx, 408 and 429 (honouring ``Retry-After`` up to the cap). Backoff is exponential with full
-jitter, ``min(cap, base * 2**attempt) * U(0.5, 1]``, at most ``max_tries`` attempts; then
-:class:`~common.errors.CoordinatorUnavailable`. Any other 4xx is final and raises
-:class:`CoordinatorRefused` with the coordinator's ``detail``. ``sleep`` is injectable so tests
-do not wait.
+"""The coordinator's /v1 API as a participant uses it: one typed method per endpoint, so no
+caller builds a URL by hand. Retries, backoff and the refusal errors are
+:mod:`participant.client_transport`'s; its public names are re-exported here.
 """
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from common.budget import PrivacyBudget
-from common.errors import CoordinatorUnavailable, FedodError, SignatureInvalid
+from common.errors import CoordinatorUnavailable, SignatureInvalid
 from common.signing import key_fingerprint, public_key_from_pem
+from participant.client_transport import (
+    RETRY_STATUS,
+    CoordinatorAddressWrong,
+    CoordinatorRefused,
+    RetryingHttp,
+    check_coordinator_url,
+    wrong_address,
+)
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_jitter = random.SystemRandom()
+__all__ = [
+    "RETRY_STATUS",
+    "CoordinatorAddressWrong",
+    "CoordinatorBudget",
+    "CoordinatorClient",
+    "CoordinatorRefused",
+    "CoordinatorUnavailable",
+    "CredentialRefused",
+    "check_coordinator_url",
+    "wrong_address",
+]
 
 
 @dataclass(frozen=True)
@@ -35,136 +42,12 @@ class CoordinatorBudget:
     remaining: PrivacyBudget
 
 
-class CoordinatorRefused(FedodError):
-    """The coordinator answered with a final 4xx; ``status`` and ``detail`` say why."""
-
-    def __init__(self, message: str, *, status: int, detail: str, **context: object) -> None:
-        super().__init__(message, status=status, detail=detail, **context)
-        self.status = status
-        self.detail = detail
-
-    @property
-    def is_budget(self) -> bool:
-        return self.status == 409 and "budget" in self.detail.lower()
-
-
-def check_coordinator_url(url: str) -> str:
-    """Refuse a coordinator address that is not an http(s) URL (a usage error, not an outage)."""
-    parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
-    if parsed is None or not parsed.host:
-        raise ValueError(f"--coordinator {url!r} is not a URL: give it with its scheme, "
-                         "e.g. https://coordinator.example.org or http://127.0.0.1:8000")
-    return url
-
-
 class CredentialRefused(CoordinatorRefused):
     """The coordinator does not accept the participant credential (401/403)."""
 
 
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:500]
-    detail = body.get("detail") if isinstance(body, dict) else body
-    return detail if isinstance(detail, str) else str(detail)[:500]
-
-
-class CoordinatorClient:
+class CoordinatorClient(RetryingHttp):
     """Thin, retrying wrapper around the coordinator routes a participant uses."""
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None = None,
-        *,
-        transport: httpx.BaseTransport | None = None,
-        timeout: float = 30.0,
-        max_tries: int = 6,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
-        event_hooks: dict[str, list[Callable[..., Any]]] | None = None,
-    ) -> None:
-        headers = {"User-Agent": "fedod-participant/0.1"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            event_hooks=event_hooks,
-        )
-        self.max_tries = max_tries
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.sleep = sleep
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> CoordinatorClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def backoff(self, attempt: int, retry_after: str | None = None) -> float:
-        """Seconds to wait before attempt ``attempt + 1`` (attempt counts from 0)."""
-        if retry_after is not None:
-            try:
-                return min(self.backoff_cap, max(0.0, float(retry_after)))
-            except ValueError:
-                pass
-        return float(min(self.backoff_cap, self.backoff_base * 2**attempt)) * (
-            0.5 + 0.5 * _jitter.random()
-        )
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        content: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        ok: tuple[int, ...] = (200, 201, 204),
-    ) -> httpx.Response:
-        """Send one request, retrying transient failures with the *same* bytes."""
-        if content is not None:
-            headers = {"Content-Type": "application/json", **(headers or {})}
-        last = "no attempt made"
-        for attempt in range(self.max_tries):
-            retry_after = None
-            try:
-                response = self._http.request(method, path, content=content, headers=headers)
-            except httpx.TransportError as exc:  # connect/read/write errors, timeouts, drops
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code in ok:
-                    return response
-                if response.status_code not in RETRY_STATUS:
-                    detail = _detail(response)
-                    raise CoordinatorRefused(
-                        f"coordinator refused {method} {path}: HTTP {response.status_code}: "
-                        f"{detail}",
-                        status=response.status_code,
-                        detail=detail,
-                    )
-                last = f"HTTP {response.status_code}: {_detail(response)}"
-                retry_after = response.headers.get("Retry-After")
-            if attempt + 1 < self.max_tries:
-                self.sleep(self.backoff(attempt, retry_after))
-        raise CoordinatorUnavailable(
-            f"coordinator at {self.base_url} unavailable for {method} {path} after "
-            f"{self.max_tries} tries (last: {last}); nothing is lost, run the command again "
-            f"later (a stored release is re-sent unchanged)",
-            url=self.base_url,
-            path=path,
-            tries=self.max_tries,
-            last=last,
-        )
 
     def get_key(self) -> dict[str, Any]:
         """``GET /v1/key`` -> KeyPublic JSON."""
@@ -172,8 +55,22 @@ class CoordinatorClient:
 
     def pinned_key(self, fingerprint: str, url: str) -> tuple[str, str]:
         """``GET /v1/key`` checked against the pinned ``fingerprint`` (``sha256:...``) of the
-        coordinator at ``url``; returns the key's PEM and fingerprint."""
-        pem = str(self.get_key()["public_key_pem"])
+        coordinator at ``url``; returns the key's PEM and fingerprint. A wrong address is
+        refused at once (:class:`CoordinatorAddressWrong`), not retried as an outage."""
+        try:
+            doc = self.request("GET", "/v1/key", address_check=True).json()
+            pem = str(doc["public_key_pem"])
+        except CoordinatorAddressWrong:
+            raise
+        except CoordinatorRefused as exc:
+            raise CoordinatorAddressWrong(
+                f"{url} answered GET /v1/key with HTTP {exc.status}: it is not a fedod "
+                "coordinator (check --coordinator: scheme, host, port and path prefix); "
+                "nothing was stored") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CoordinatorAddressWrong(
+                f"{url} answered GET /v1/key with something that is not a coordinator key: "
+                "check --coordinator; nothing was stored") from exc
         actual = key_fingerprint(public_key_from_pem(pem))
         if actual != fingerprint.lower():
             raise SignatureInvalid(
@@ -229,12 +126,16 @@ class CoordinatorClient:
         """``POST /v1/me/identity-key`` with the key and its proof of possession."""
         self.request("POST", "/v1/me/identity-key", content=body)
 
-    def get_round(self, study: str, known_roster: str | None = None) -> str | None:
+    def get_round(self, study: str, known_roster: str | None = None,
+                  known_membership: str | None = None) -> str | None:
         """``GET /v1/studies/{study}/rounds/current`` -> RoundState JSON text, or None (404:
-        no round); with ``known_roster`` the coordinator leaves that roster out."""
+        no round); the coordinator leaves out the roster ``known_roster`` and the membership
+        certificate ``known_membership`` (digests) the caller holds."""
         path = f"/v1/studies/{study}/rounds/current"
-        if known_roster is not None:
-            path += f"?known_roster={known_roster}"
+        query = [f"{k}={v}" for k, v in (("known_roster", known_roster),
+                                         ("known_membership", known_membership)) if v]
+        if query:
+            path += "?" + "&".join(query)
         resp = self.request("GET", path, ok=(200, 404))
         return resp.text if resp.status_code == 200 else None
 

@@ -36,37 +36,38 @@ def study_request(
 ) -> dict[str, Any]:
     """The study an administrator would create for this dataset (public bounds only).
 
-    Small data under noise favours fewer, coarser tables: 50 tables of expected size 16, and
-    90 % of each release's epsilon on LSH iTables, 10 % on the grid (3 public features).
-    ``aggregation="secure"``: release rounds with secure aggregation over all ``hospitals``
-    (no dropouts, one colluder: each hospital sees the model), LSH tables only.
+    The administrator declares the cohort (``hospitals``) and the expected records per
+    hospital (the demo's even split; in a real study a number agreed in advance, never
+    measured), and leaves the LSH tables and the grid's bins, ``k`` and projection unset,
+    so the coordinator chooses them by the public rule (``common.detectors.rules``).
+    Independent releases spend 90 % of each release's epsilon on LSH iTables, 10 % on the
+    grid (3 public features). ``aggregation="secure"``: release rounds with secure
+    aggregation over all ``hospitals`` (no dropouts, one colluder: each hospital sees the
+    model), LSH tables only.
     """
     bounds = dd.study_bounds(data.X)
     features = [
         {"name": n, "lo": lo, "hi": hi} for n, (lo, hi) in zip(data.features, bounds, strict=True)
     ]
+    cohort: dict[str, Any] = {}
+    if hospitals >= 1:
+        cohort = {"cohort_size": hospitals, "expected_records": max(1, len(data.X) // hospitals)}
     eps_grid = (epsilon / 10).quantize(Decimal("0.000001"))
     grid = [f for f in GRID_FEATURES if f in data.features] or data.features[:3]
     if aggregation == "secure":
         return {
             "study_id": STUDY,
             "features": features,
-            "lsh": {"n_tables": 50, "sample_size": 16},
             "privacy": {"epsilon_lsh": str(epsilon)},
-            "aggregation": {"mode": "secure", "cohort_size": hospitals, "max_dropouts": 0,
+            "aggregation": {"mode": "secure", **cohort, "max_dropouts": 0,
                             "max_colluders": 1},
         }
     return {
         "study_id": STUDY,
         "features": features,
-        "lsh": {"n_tables": 50, "sample_size": 16},
-        "grid": {
-            "bins": 3,
-            "features": grid,
-            "k": 10,
-            "max_depth": 3,
-        },
+        "grid": {"features": grid, "max_depth": 3},
         "privacy": {"epsilon_lsh": str(epsilon - eps_grid), "epsilon_grid": str(eps_grid)},
+        **({"aggregation": {"mode": "independent", **cohort}} if cohort else {}),
     }
 
 

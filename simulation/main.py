@@ -32,7 +32,7 @@ from simulation import demo_data as dd
 from simulation.hospitals import STUDY, simulate, study_request
 from simulation.parser import build_parser
 from simulation.processes import free_port, start_coordinator
-from simulation.report import HospitalResult, format_table
+from simulation.report import HospitalResult, format_table, json_ready
 
 __all__ = ["build_parser", "export", "load_data", "main", "run"]
 
@@ -60,12 +60,15 @@ def run(args: argparse.Namespace) -> tuple[list[HospitalResult], dict[str, Any]]
 
 
 def export(args: argparse.Namespace) -> None:
-    """Write ``DIR/study.json`` (StudyCreate) and ``DIR/<hospital>/data.csv``; run nothing."""
+    """Write ``DIR/study.json`` (StudyCreate) and ``DIR/<hospital>/data.csv``; run nothing.
+    A secure study's rounds open ``when_ready`` (docker-compose's hospitals run unattended)."""
     root = Path(args.export)
     data = load_data(args)
     hospitals = dd.split_hospitals(data.X, data.y, args.hospitals, args.seed)
     root.mkdir(parents=True, exist_ok=True)
     spec = study_request(data, Decimal(args.epsilon), len(hospitals), args.aggregation)
+    if args.aggregation == "secure":  # unattended hospitals: round 1 opens once all are ready
+        spec["aggregation"]["open_rounds"] = "when_ready"
     (root / "study.json").write_text(json.dumps(spec, indent=2))
     for h in hospitals:
         (root / h.name).mkdir(exist_ok=True)
@@ -82,6 +85,12 @@ def load_data(args: argparse.Namespace) -> dd.Dataset:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from common.pipes import quiet_broken_pipe
+
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.hospitals < 2:
         build_parser().error("--hospitals must be at least 2")
@@ -97,19 +106,25 @@ def main(argv: list[str] | None = None) -> int:
             from simulation.stream import print_stream, run_stream
 
             result = run_stream(args)
-            print(json.dumps(result, indent=2)) if args.json else print_stream(result)
+            if args.json:
+                print(json.dumps(json_ready(result), indent=2, allow_nan=False))
+            else:
+                print_stream(result)
             return 0
         rows, facts = run(args)
     except httpx.HTTPStatusError as exc:
         print(f"fedod-simulate: error: coordinator said {exc.response.status_code}: "
               f"{exc.response.text[:500]}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # the reader closed stdout: quiet_broken_pipe ends the command
     except (ValueError, OSError, ArithmeticError) as exc:
         print(f"fedod-simulate: error: {exc}", file=sys.stderr)
         return 2
     proc = facts.pop("_proc", None)
     if args.json:
-        print(json.dumps({"hospitals": [asdict(r) for r in rows], **facts}, indent=2))
+        print(json.dumps(json_ready({"hospitals": [asdict(r) for r in rows], **facts}),
+                         indent=2, allow_nan=False))
     else:
         split = ", ".join(f"{k} {v}" for k, v in facts["split"].items())
         print(f"\ndataset: {facts['dataset']}; seed {facts['seed']}; split: {split}")

@@ -32,6 +32,18 @@ class HospitalResult:
     scores: str
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` with every non-finite float (an AUC that cannot be computed, no grid) as
+    ``None``, so that ``json.dumps`` writes valid JSON (``null``, never ``NaN``)."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def auc(y: np.ndarray, score: np.ndarray) -> float:
     if len(set(y.tolist())) < 2:
         return float("nan")

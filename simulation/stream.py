@@ -7,10 +7,13 @@ records, and the stream reads a label only for a record its private query rule p
 hospitals stream in ``--chunks`` rounds, one schedule window each: every round restarts each
 stream on its replayed input (records already consumed are skipped) ending with a tick that
 closes the window (``--clock ticks``: window k of the schedule is round k + 1, with one
-window's slots per hospital and round). The coordinator sums the hospitals' releases of a
-window into one SGD step (``step_releases`` = the number of hospitals): a step then holds
-every hospital's queried slots of the window, so its noise per labelled record is smaller
-than with a step per release, at the same charge per slot. By default window 0 is the
+window's slots per hospital and round). The learner is DP-FTRL by default (``--algorithm``):
+each hospital's windows are the leaves of its own tree and each release is the increment of
+its noisy prefix sum; the coordinator adds the hospitals' increments of a window in one step
+(``step_releases`` = the number of hospitals). With ``--algorithm flmb`` (the baseline) the
+releases are noisy batch sums and the step is one SGD step on all the hospitals' queried slots
+of the window. The same private learner run on the pooled stream in one process is printed
+beside it (the single-stream figure), with the non-private baselines. By default window 0 is the
 centring window (``centre_window = 0``): round 1 queries nothing, each hospital releases the
 noisy sum of its records, and the coordinator serves their centre, on which every later record
 (and the test set, for the printed error) is centred; ``--no-centre`` runs the uncentred
@@ -41,7 +44,8 @@ import httpx
 import numpy as np
 from numpy.typing import NDArray
 
-from common.online.learner import OnlineConfig, OnlineSVM, centred_rows
+from common.online.ftrl import OnlineFTRL
+from common.online.learner import OnlineConfig, OnlineSVM
 from common.online.params import OnlineParams, to_ball
 from common.online.wire import decode_vector
 from simulation.processes import PARTICIPANT, free_port, start_coordinator
@@ -69,7 +73,7 @@ def _error(w: NDArray[Any], Z: NDArray[Any], y: NDArray[Any]) -> float:
 
 
 def _baselines(params: OnlineParams, Z: NDArray[Any], y: NDArray[Any], Zt: NDArray[Any],
-               yt: NDArray[Any]) -> dict[str, float]:
+               yt: NDArray[Any], hospitals: int) -> dict[str, float]:
     from sklearn.svm import LinearSVC
 
     online = OnlineSVM(OnlineConfig(params.dim, params.radius_x, params.radius_w, params.lam,
@@ -79,7 +83,28 @@ def _baselines(params: OnlineParams, Z: NDArray[Any], y: NDArray[Any], Zt: NDArr
     svc = LinearSVC(C=1.0).fit(Z, y)
     return {"online, every record labelled, no noise": _error(online.w_, Zt, yt),
             "batch LinearSVC, no noise": float(np.mean(svc.predict(Zt) != yt)),
-            "majority class": float(min(np.mean(yt == 1), np.mean(yt == -1)))}
+            "majority class": float(min(np.mean(yt == 1), np.mean(yt == -1))),
+            **_single_stream(params, Z, y, Zt, yt, hospitals)}
+
+
+def _single_stream(params: OnlineParams, Z: NDArray[Any], y: NDArray[Any], Zt: NDArray[Any],
+                   yt: NDArray[Any], hospitals: int, runs: int = 5) -> dict[str, float]:
+    """The same private learner on the pooled stream in one process (pure DP-FTRL, a leaf
+    every ``leaf`` labels; centred on the first ``hospitals x window_slots`` records when
+    the federation centres), mean test error at the stream's end over ``runs`` runs (fresh
+    OpenDP noise): the single-stream figure the federated stream is compared with."""
+    if params.algorithm != "ftrl":
+        return {}
+    centre = 0 if params.centre_window is None else hospitals * params.window_slots
+    rule, noise, centre_noise = params.rule(), params.noise(), params.centre_noise()
+    errors = []
+    for _ in range(runs):
+        model = OnlineFTRL(params.ftrl(centre), rule, noise, centre_noise)
+        for z, label in zip(Z, y, strict=True):
+            model.step(z, functools.partial(int, label))
+        errors.append(float(np.mean(model.predict(Zt) != yt)))
+    return {f"single stream, same learner and charge ({runs} runs' mean)": float(
+        np.mean(errors))}
 
 
 def _hospital_files(root: Path, features: list[str], X: NDArray[Any], y: NDArray[Any],
@@ -132,7 +157,7 @@ def run_stream(args: argparse.Namespace) -> dict[str, Any]:
     params = OnlineParams(dim=len(features) + 1, p=args.query_p, epsilon_select=args.epsilon,
                           epsilon_gradient=args.epsilon, window_seconds=60,
                           window_slots=-(-per_hospital // args.chunks),
-                          step_releases=args.hospitals,
+                          step_releases=args.hospitals, algorithm=args.algorithm,
                           centre_window=None if args.no_centre else 0)
     lo, hi = np.zeros(len(features)), np.full(len(features), 16.0)
     proc, url, admin = start_coordinator(workdir, args.database_url, args.port or free_port())
@@ -167,14 +192,14 @@ def run_stream(args: argparse.Namespace) -> dict[str, Any]:
             table.append({"records": min(len(y), len(y) * k // args.chunks),
                           "labels_requested": _queried(workdir, names),
                           "steps": model["version"], "centred": centre is not None,
-                          "test_error": _error(w, centred_rows(Zt, centre, params.radius_x),
-                                               yt)})
+                          "test_error": _error(w, params.rows(Zt, centre), yt)})
         budgets = {b["participant"]: b["epsilon_spent"]
                    for b in api.get("/v1/admin/budget").json()}
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    return {"rounds": table, "baselines": _baselines(params, to_ball(X, lo, hi), y, Zt, yt),
+    baselines = _baselines(params, to_ball(X, lo, hi), y, Zt, yt, args.hospitals)
+    return {"rounds": table, "baselines": baselines, "algorithm": params.algorithm,
             "epsilon_spent": budgets, "epoch_cost": str(params.epoch_cost()),
             "window_slots": params.window_slots, "centre_window": params.centre_window,
             "workdir": str(workdir), "stream_records": len(y), "test_records": len(yt)}
@@ -197,6 +222,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "/ K slots per window, one noisy release per hospital and window, "
                         "all hospitals' releases of a window summed into one SGD step); the "
                         "test error is printed after each (4)")
+    p.add_argument("--algorithm", choices=("ftrl", "flmb"), default="ftrl",
+                   help="--stream: the private learner: DP-FTRL (default: each hospital's "
+                        "windows are the leaves of its tree, docs/ONLINE.md) or FLMB, the "
+                        "per-batch-noise baseline")
     p.add_argument("--no-centre", action="store_true",
                    help="--stream: no centring window (by default window 0, the first "
                         "round, queries nothing and releases each hospital's noisy record "
@@ -204,7 +233,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def print_stream(result: dict[str, Any]) -> None:
-    print(f"\nstream: digits 0 vs 9, {result['stream_records']} records across hospitals, "
+    print(f"\nstream ({result['algorithm']}): digits 0 vs 9, {result['stream_records']} "
+          "records across hospitals, "
           f"{result['test_records']} held-out test records; {result['window_slots']} slots "
           f"per hospital and window, charge per hospital window {result['epoch_cost']}")
     if result["centre_window"] is None:
@@ -213,7 +243,7 @@ def print_stream(result: dict[str, Any]) -> None:
         print(f"centring window {result['centre_window']} (round "
               f"{result['centre_window'] + 1}): no record queried, each hospital releases its "
               "noisy record sum; later records and the test set are centred on the centre")
-    print("\n| records streamed | labels requested | SGD steps | test error |")
+    print("\n| records streamed | labels requested | steps | test error |")
     print("|---|---|---|---|")
     for r in result["rounds"]:
         print(f"| {r['records']} | {r['labels_requested']} | {r['steps']} | "

@@ -61,7 +61,9 @@ class ParticipantCoordinator:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.admin_token}"}
-        response = httpx.request(method, self.url + path, headers=headers, timeout=30, **kw)
+        # A hang guard only: with fifty participant processes on two shared cores the
+        # coordinator's answer may take minutes; a slow answer is not a failure.
+        response = httpx.request(method, self.url + path, headers=headers, timeout=600, **kw)
         response.raise_for_status()
         return response.json() if response.content else None
 

@@ -14,6 +14,7 @@ from common.secagg.identity import sign_identity_proof
 from common.secagg.membership import MembershipBody, sign_membership, verify_membership
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.schemas import RoundState
+from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM
 from common.signing import SignedConfig, public_key_from_pem
 
@@ -26,6 +27,7 @@ class Hospital:
         self.identity = Ed25519PrivateKey.generate()
         self.secrets: dict[int, proto.RoundSecrets] = {}
         self.unmasked: int | None = None
+        self.masked_at: int | None = None
         r = self.post("/v1/me/identity-key", self.identity_body(self.identity))
         assert r.status_code == 201, r.text
 
@@ -43,9 +45,17 @@ class Hospital:
         return self.c.post(path, json=body, headers=self.e.headers)
 
     def state(self) -> RoundState:
+        """The served compact state, completed as a member does (common.secagg.view)."""
         r = self.c.get(f"/v1/studies/{self.study}/rounds/current", headers=self.e.headers)
         assert r.status_code == 200, r.text
-        return RoundState.model_validate_json(r.text)
+        config = self.c.get(f"/v1/studies/{self.study}/config", headers=self.e.headers)
+        signed = SignedConfig.model_validate_json(config.text)
+        study = StudyConfig.model_validate_json(signed.payload)
+        params = study.aggregation
+        return complete_state(RoundState.model_validate_json(r.text), study=self.study,
+                              config_digest=signed.digest(), degree=params.degree,
+                              modulus_bits=study.secure_modulus_bits(),
+                              threshold=params.threshold)
 
     def ref(self, st):
         return RoundRef(study_id=self.study, round=st.round, attempt=st.attempt)
@@ -66,22 +76,23 @@ class Hospital:
         return r
 
     def roster(self, st, env):
-        certified = None
-        if st.membership is not None:
-            certified = verify_membership(
-                st.membership, env.consortium.public_key(), study=self.study,
-                params=env.config.aggregation, now=datetime.now(UTC),
-            )
+        certified = verify_membership(
+            st.membership, env.consortium.public_key(), study=self.study,
+            params=env.config.aggregation, now=datetime.now(UTC),
+        )
         return proto.check_roster(
             st.roster, me=self.e.name, my_advert=self.advert(st),
             coordinator_key=env.key, ref=self.ref(st), params=env.config.aggregation,
             config_digest=env.digest, modulus_bits=env.config.secure_modulus_bits(),
-            certified=certified,
+            identities=certified.members, adverts=st.adverts,
         )
 
     def masked(self, st, env) -> bytes:
-        return proto.mask_upload(self.roster(st, env), me=self.e.name, identity=self.identity,
-                                 secrets=self.secrets[st.attempt], noisy=self.noisy)
+        frame = proto.mask_upload(self.roster(st, env), me=self.e.name, identity=self.identity,
+                                  secrets=self.secrets[st.attempt], noisy=self.noisy,
+                                  unmasked_attempt=self.unmasked)
+        self.masked_at = st.attempt
+        return frame
 
     def unmask(self, st, env) -> bytes:
         def record(a):
@@ -89,15 +100,16 @@ class Hospital:
 
         return proto.answer_unmask(
             st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
-            secrets=self.secrets[st.attempt], coordinator_key=env.key,
-            params=env.config.aggregation, unmasked_attempt=self.unmasked, record=record,
+            secrets=self.secrets[st.attempt], coordinator_key=env.key, acks=st.acks,
+            params=env.config.aggregation, unmasked_attempt=self.unmasked,
+            masked_attempt=self.masked_at, record=record,
         )
 
     def recover(self, st, env) -> SignedMessage:
         return proto.answer_recover(
             st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
             secrets=self.secrets[st.attempt], inbox=st.inbox, coordinator_key=env.key,
-            unmasked_attempt=self.unmasked,
+            unmasked_attempt=self.unmasked, masked_attempt=self.masked_at,
         )
 
 

@@ -61,4 +61,9 @@ class CohortsPublic(BaseModel):
         "and last summed noisy counts), computed from released values only.")
     model: dict[str, Any] | None = Field(
         default=None, description="The released CohortModel when done (CohortModel.to_json).")
+    marks: list[list[str]] | None = Field(
+        default=None, description="When done, per cohort in model order, what makes it no "
+        "finding (common.cohorts.marks): 'noise' (size within 2 sd of the public count noise), "
+        "'unmoved' (the centre is its public start), 'corner' (every coordinate on a bound of "
+        "the box); [] for a cohort with no mark.")
     history: list[CohortRoundPublic] = Field(default_factory=list)

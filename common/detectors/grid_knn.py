@@ -12,13 +12,15 @@ covered.
 
 If fewer than ``k`` records lie within ``max_depth``, the missing records count as distance
 ``max_depth + 1`` (basic: the score is ``max_depth + 1``), the documented maximum.
+With ``bins``, ``k`` or ``projection="auto"`` left to it, the public rule
+(:func:`common.detectors.rules.grid_rule`) chooses them from ``d`` and the declared records.
 Noisy counts are clamped at 0 before the walk (the walk itself:
 :func:`common.detectors.grid_scores.knn_grid_scores`); rows sharing a cell are scored once.
 
 Private mode (``epsilon`` set, standalone ``fit``) releases the counts with
 ``common.release.release_grid`` (sensitivity 1): up to ``cell_limit`` cells every cell of the
 dense grid gets discrete Laplace noise of scale ``1 / epsilon`` (pure epsilon-DP); a larger
-grid (e.g. the default 4 bins over many features) is released sparsely with the thresholded
+grid (e.g. 4 bins over many features) is released sparsely with the thresholded
 mechanism and needs ``delta`` > 0. Merged releases enter through ``GridKNN.from_counts``.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,6 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 from common.cellkeys import as_keys, ints_from_keys, keys_from_ints
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.detectors.grid_scores import knn_grid_scores
+from common.detectors.rules import GridChoice, grid_rule
 from common.grid import GridSpec, derive_projection
 from common.release import release_grid
 
@@ -72,10 +75,10 @@ class GridKNN(BaseDetector):
 
     Parameters
     ----------
-    bins : int
-        Intervals per grid dimension.
-    k : int
-        Records to cover.
+    bins : int, optional
+        Intervals per grid dimension; ``None``: :func:`common.detectors.rules.grid_rule`.
+    k : int, optional
+        Records to cover; ``None``: the rule's ``max(10, N / 100)``.
     max_depth : int
         Largest L1 cell distance visited (``delta_max``).
     weighted : bool
@@ -84,9 +87,15 @@ class GridKNN(BaseDetector):
         Public bounds; required when ``epsilon`` is set, else the data's min/max (local only).
     features : tuple of int, optional
         Columns the grid uses (all when ``None``).
-    projection : int, optional
+    projection : int, "auto" or None
         Build the grid over this many random ``+-1`` projections of the used features
-        (``common.grid.derive_projection``), derived from ``seed``, never from the data.
+        (``common.grid.derive_projection``), derived from ``seed``, never from the data;
+        ``None``: the features themselves; ``"auto"`` (default): the rule's choice (the
+        features up to 10 of them, else 6 projections).
+    expected_records : int, optional
+        Public, declared record count the rule sizes ``k`` by. Without it a non-private
+        ``fit`` uses the rows it is given (a local model, never released) and a private one
+        the rule's smallest ``k`` (10): a private grid's shape never depends on the rows.
     seed : bytes or hex str, optional
         Public seed of the projection (a study's ``lsh.seed``); ``None`` derives one from
         ``random_state``.
@@ -103,6 +112,7 @@ class GridKNN(BaseDetector):
     Attributes
     ----------
     spec_ : GridSpec
+    k_ : int, the ``k`` in force
     cells_ : ndarray (K,) int64, the non-empty cells after clamping
     cell_counts_ : ndarray (K,) int64
     decision_scores_, threshold_, labels_ : as in PyOD
@@ -110,15 +120,16 @@ class GridKNN(BaseDetector):
 
     def __init__(
         self,
-        bins: int = 4,
-        k: int = 10,
+        bins: int | None = None,
+        k: int | None = None,
         max_depth: int = 3,
         weighted: bool = True,
         *,
         lo: ArrayLike | None = None,
         hi: ArrayLike | None = None,
         features: tuple[int, ...] | None = None,
-        projection: int | None = None,
+        projection: int | Literal["auto"] | None = "auto",
+        expected_records: int | None = None,
         seed: bytes | str | None = None,
         epsilon: Decimal | int | str | None = None,
         delta: Decimal | str | None = None,
@@ -135,28 +146,39 @@ class GridKNN(BaseDetector):
         self.hi = hi
         self.features = features
         self.projection = projection
+        self.expected_records = expected_records
         self.seed = seed
         self.epsilon = epsilon
         self.delta = delta
         self.cell_limit = cell_limit
         self.random_state = random_state
 
-    def _check_params(self) -> None:
+    def _check_params(self, k: int | None = None) -> None:
         self._check_contamination()
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
+        k = self.k if k is None else k
+        if k is not None and k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
         if self.max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
 
-    def _projection(self, d: int) -> NDArray[np.float64] | None:
-        if self.projection is None:
+    def _rule(self, n_rows: int, d_used: int) -> GridChoice | None:
+        """The rule's choice when any parameter is left to it, from public inputs only."""
+        if self.bins is not None and self.k is not None and self.projection != "auto":
+            return None
+        records = self.expected_records
+        if records is None:  # private: never the row count (it would shape the release)
+            records = n_rows if self.epsilon is None else 1
+        return grid_rule(d=d_used, expected_records=records, epsilon=self.epsilon,
+                         delta=self.delta or "1e-6", cell_limit=self.cell_limit)
+
+    def _projection(self, d_used: int, count: int | None) -> NDArray[np.float64] | None:
+        if count is None:
             return None
         if self.seed is None:
             seed = hashlib.sha256(f"fedod-grid-knn/{self.random_state or 0}".encode()).digest()
         else:
             seed = bytes.fromhex(self.seed) if isinstance(self.seed, str) else self.seed
-        d_used = d if self.features is None else len(self.features)
-        return derive_projection(seed, d_used, int(self.projection))
+        return derive_projection(seed, d_used, int(count))
 
     def _spec(self, X: NDArray[np.float64]) -> GridSpec:
         if self.lo is None or self.hi is None:
@@ -169,7 +191,13 @@ class GridKNN(BaseDetector):
             hi = np.where(X.max(axis=0) > lo, X.max(axis=0), lo + 1.0)
         else:
             lo, hi = np.asarray(self.lo), np.asarray(self.hi)
-        return GridSpec(lo, hi, self.bins, self.features, self._projection(X.shape[1]))
+        d_used = X.shape[1] if self.features is None else len(self.features)
+        rule = self._rule(X.shape[0], d_used)
+        bins = self.bins if self.bins is not None else rule.bins if rule else 4
+        count = rule.projection if self.projection == "auto" and rule else self.projection
+        self.k_ = self.k if self.k is not None else rule.k if rule else 10
+        return GridSpec(lo, hi, bins, self.features,
+                        self._projection(d_used, None if count == "auto" else count))
 
     def fit(self, X: ArrayLike, y: Any = None) -> Self:
         """Count ``X`` in the grid (noised when private); returns ``self``."""
@@ -211,8 +239,10 @@ class GridKNN(BaseDetector):
         ``(indices, values)``. When ``X`` is given, ``threshold_`` is set from its scores.
         """
         det = cls(bins=spec.bins, k=k, max_depth=max_depth, weighted=weighted, lo=spec.lo,
-                  hi=spec.hi, features=spec.features, contamination=contamination)
+                  hi=spec.hi, features=spec.features, contamination=contamination,
+                  projection=None if spec.projection is None else spec.projection.shape[0])
         det._check_params()
+        det.k_ = k
         det._set_model(spec, counts)
         if X is not None:
             det.calibrate(X)
@@ -232,7 +262,7 @@ class GridKNN(BaseDetector):
         if not hasattr(self, "spec_"):
             raise NotFittedError("GridKNN is not fitted: call fit or from_counts")
         cells, _, inverse = self.spec_.unique_coords(self._check_input(X))
-        scores = knn_grid_scores(cells, self.cell_coords_, self.cell_counts_, k=self.k,
+        scores = knn_grid_scores(cells, self.cell_coords_, self.cell_counts_, k=self.k_,
                                  max_depth=self.max_depth, weighted=self.weighted,
                                  bins=self.spec_.bins)
         return scores[inverse]

@@ -17,13 +17,15 @@ Modes
 - From a merged histogram (``LSHiTables.from_histogram``): how a participant scores with the
   global model, the cell-wise sum of the participants' noisy releases.
 
-Scoring of noisy counts (``scoring="mass"``) is post-processing, so it costs no privacy:
+Scoring of noisy counts is post-processing, so it costs no privacy:
 every table counts the same records, so the table totals are all noisy copies of one total
 ``N``. ``N`` is estimated by the inverse-variance weighted mean of the table sums, each table
 is shifted (least squares) to sum to that estimate, cells are clamped at 0 and divided by it.
-The score is then the mean bucket *mass* ``-mean_j C'_j[g_j(q)] / N`` -- linear, so the
-independent cell noise averages out over the tables instead of being amplified by the
-logarithm near zero.
+``scoring="mass"`` then scores the mean bucket *mass* ``-mean_j C'_j[g_j(q)] / N`` --
+linear, so the independent cell noise averages out over the tables instead of being amplified
+by the logarithm near zero; ``scoring="log"`` the paper's ``-mean_j log2(max(C'_j, 1))`` of
+the corrected counts ``C'``, better once the cells' counts stand clear of the noise (the
+public rule, :mod:`common.detectors.rules`, picks it from the noise level).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
+from common.detectors.lsh_kernel import scorer
 from common.hashing import LSHFamily, derive_lsh_family
 from common.noise.laplace import add_discrete_laplace
 
@@ -50,26 +53,49 @@ def _seed_from(random_state: int | None) -> bytes:
     return hashlib.sha256(b"fedod-lsh-seed/1\x00" + str(int(random_state)).encode()).digest()
 
 
+def column_bounds(X: NDArray[np.float64], rows: int = 64
+                  ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per-column min and max, as ``X.min(axis=0), X.max(axis=0)`` (min and max are exact
+    in any order), about 6x faster on a tall, narrow ``X``: ``rows`` rows at a time are
+    viewed as one long row, so numpy reduces long contiguous runs."""
+    n, d = X.shape
+    whole = n - n % rows
+    lo, hi = X[whole:].min(axis=0, initial=np.inf), X[whole:].max(axis=0, initial=-np.inf)
+    if whole and X.flags.c_contiguous:
+        wide = X[:whole].reshape(-1, rows * d)
+        lo = np.minimum(lo, wide.min(axis=0).reshape(rows, d).min(axis=0))
+        hi = np.maximum(hi, wide.max(axis=0).reshape(rows, d).max(axis=0))
+    elif whole:
+        lo = np.minimum(lo, X[:whole].min(axis=0))
+        hi = np.maximum(hi, X[:whole].max(axis=0))
+    return lo, hi
+
+
 def cell_scores(family: LSHFamily, counts: ArrayLike, scoring: Scoring) -> NDArray[np.float64]:
     """Per-cell score contribution (higher = more normal) from a flat count vector.
 
-    ``"log"``: the paper's ``log2(max(C, 1))``. ``"mass"``: total-consistent, clamped mass
-    fraction of each cell (see the module docstring).
+    Noisy counts are first made total-consistent (module docstring: each table shifted to
+    the common total, clamped at 0); exact counts, whose tables all hold the same total, are
+    used as they are. ``"log"``: the paper's ``log2(max(C, 1))`` of those counts.
+    ``"mass"``: each cell's fraction of the total.
     """
     c = np.asarray(counts, dtype=np.float64).ravel()
     if c.shape[0] != family.n_cells:
         raise ValueError(f"counts must have {family.n_cells} cells, got {c.shape[0]}")
-    if scoring == "log":
-        return np.log2(np.maximum(c, 1.0))
-    if scoring != "mass":
+    if scoring not in ("log", "mass"):
         raise ValueError(f"scoring must be 'log' or 'mass', got {scoring!r}")
     sizes = np.left_shift(1, family.n_bits.astype(np.int64)).astype(np.float64)
-    starts = family.offsets[:-1]
-    sums = np.add.reduceat(c, starts)
-    weights = 1.0 / sizes
-    total = max(float(np.sum(sums * weights) / np.sum(weights)), 1.0)
-    shift = np.repeat((total - sums) / sizes, sizes.astype(np.int64))
-    return np.maximum(c + shift, 0.0) / total
+    sums = np.add.reduceat(c, family.offsets[:-1])
+    if np.all(sums == sums[0]):  # exact counts: every table holds the same N, no shift
+        total, corrected = max(float(sums[0]), 1.0), c
+    else:
+        weights = 1.0 / sizes
+        total = max(float(np.sum(sums * weights) / np.sum(weights)), 1.0)
+        shift = np.repeat((total - sums) / sizes, sizes.astype(np.int64))
+        corrected = np.maximum(c + shift, 0.0)
+    if scoring == "log":
+        return np.log2(np.maximum(corrected, 1.0))
+    return np.maximum(corrected, 0.0) / total
 
 
 def _subsample_histogram(
@@ -78,9 +104,8 @@ def _subsample_histogram(
     """Flat histogram where table ``j`` counts only the rows ``rows[j]`` (the paper's
     subsampling; non-private use only). Hashes each table on its own sample."""
     width = family.features.shape[1]
-    if arr.shape[1] <= 16:  # copy the sampled rows first: contiguous reads
-        values = np.take_along_axis(arr[rows], family.features[:, None, :].astype(np.intp),
-                                    axis=2)
+    if arr.flags.c_contiguous:  # one gather by flat position
+        values = arr.ravel()[rows[:, :, None] * arr.shape[1] + family.features[:, None, :]]
     else:
         values = arr[rows[:, :, None], family.features[:, None, :]]
     bits = values >= family.cuts[:, None, :]  # (m, s, L); unused slots: cut +inf -> 0
@@ -160,7 +185,7 @@ class LSHiTables(BaseDetector):
                     "a private LSHiTables needs public bounds lo and hi; bounds taken from"
                     " the data would leak"
                 )
-            lo, hi = X.min(axis=0), X.max(axis=0)
+            lo, hi = column_bounds(X)
         else:
             lo, hi = np.asarray(self.lo), np.asarray(self.hi)
         seed = self.seed if self.seed is not None else _seed_from(self.random_state)
@@ -222,9 +247,14 @@ class LSHiTables(BaseDetector):
         self.cell_scores_ = cell_scores(family, self.histograms_, scoring)
 
     def _score(self, arr: NDArray[np.float64]) -> NDArray[np.float64]:
-        scores = np.empty(arr.shape[0], dtype=np.float64)
-        for start, block in self.family_.iter_flat_index(arr):
-            scores[start:start + block.shape[0]] = np.take(self.cell_scores_, block).sum(axis=1)
+        fast = scorer(self.family_)
+        if fast is not None:  # the same bucket indices, fewer passes (lsh_kernel)
+            scores = fast.score(arr, self.cell_scores_)
+        else:
+            scores = np.empty(arr.shape[0], dtype=np.float64)
+            for start, block in self.family_.iter_flat_index(arr):
+                scores[start:start + block.shape[0]] = np.take(self.cell_scores_,
+                                                               block).sum(axis=1)
         scores *= -1.0 / self.family_.n_tables
         return scores
 

@@ -15,17 +15,16 @@ release is drawn; this package imports the pure ones.
   draw and for a sum of many Pólya shares.
 - :mod:`common.noise.accounting`: ``h_min`` from the signed cohort parameters
   (:class:`common.secagg.params.AggregationParams`), the threat model, what is charged.
-- :mod:`common.noise.planning`: table count and size chosen for the noise; noise warning.
+- :mod:`common.noise.planning`: the LSH tables' signal-to-noise and the noise warning (the
+  tables themselves are chosen by :mod:`common.detectors.rules`).
 """
 
 from common.noise.accounting import charged_epsilon, honest_minimum, min_survivors
-from common.noise.planning import TablePlan, choose_tables, noise_warning, score_snr
+from common.noise.planning import noise_warning, score_snr
 from common.noise.polya import noise_parameters, sample_negative_binomial, sample_noise_share
 
 __all__ = [
-    "TablePlan",
     "charged_epsilon",
-    "choose_tables",
     "honest_minimum",
     "min_survivors",
     "noise_parameters",

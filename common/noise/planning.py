@@ -1,9 +1,9 @@
-"""Table count and size chosen for the noise, from public inputs only.
+"""How loud the LSH tables' noise is against their signal, from public inputs only.
 
 Inputs are all public and declared by the administrator before any data is seen: the
 per-release ``epsilon``, the aggregation mode, the cohort size ``p`` (and ``h_min`` for
 secure aggregation) and an *expected* record count per participant. No participant data,
-row count or data-derived statistic enters, so the choice costs no privacy.
+row count or data-derived statistic enters, so nothing here costs privacy.
 
 Derivation
 ----------
@@ -25,30 +25,28 @@ by ``sqrt(m)``:
 Fewer tables and fewer cells raise ``Z``; more tables make a better ensemble and more cells a
 finer model. Measured on six ODDS datasets (BENCHMARKS.md, "Secure aggregation accuracy",
 the ``--sweep`` table: AUC of a grid of ``(m, s)`` under five noise levels, binned by ``Z``)
-AUC reaches its plateau from ``Z = 2-3`` and falls to 56-87 below ``Z = 1``. So
-:func:`choose_tables` keeps ``Z >= TARGET_SNR = 3``: the largest table size ``s`` in
-(16, 8, 4) that still allows at least ``GOOD_TABLES = 40`` tables, with
-``m = min(100, floor((N epsilon / (3 C sqrt(2k)))^2))``;
-if even ``s = 4`` cannot, ``s = 4`` and ``m`` down to ``MIN_TABLES = 10``.
-:func:`noise_warning` says when the chosen (or a fixed) configuration has ``Z < 3``, and
-that noise dominates when ``Z < 1``.
+AUC reaches its plateau from ``Z = 2-3`` and falls to 56-87 below ``Z = 1``.
+
+The table count and size of a study with a declared cohort are chosen by
+:func:`common.detectors.rules.study_lsh` (by the occupied-cell SNR, :func:`occupied_snr`);
+without one, :func:`plan_lsh_tables` keeps the administrator's values or the defaults
+100 x 16. :func:`noise_warning` says when a configuration has ``Z < 1`` (noise may cost
+accuracy) and when even the occupied-cell SNR is below 1 (noise dominates).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Literal, Protocol
 
 Mode = Literal["independent", "secure"]
 
-TARGET_SNR = 3.0
-"""Score SNR at which the measured AUC saturates."""
 NOISE_DOMINATED_SNR = 1.0
 """Below this score SNR the model is dominated by noise (warning)."""
-MAX_TABLES, GOOD_TABLES, MIN_TABLES = 100, 40, 10
+MAX_TABLES, MIN_TABLES = 100, 10
 SIZES = (16, 8, 4)
 
 
@@ -102,68 +100,84 @@ def score_snr(epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
     return n_total * eps / (expected_cells(sample_size) * math.sqrt(2 * k * n_tables))
 
 
-@dataclass(frozen=True)
-class TablePlan:
-    """Chosen ``n_tables`` and ``sample_size`` with the score SNR they give."""
-
-    n_tables: int
-    sample_size: int
-    snr: float
-
-    @property
-    def noise_dominated(self) -> bool:
-        return self.snr < NOISE_DOMINATED_SNR
+def occupied_snr(epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
+                 expected_records: int, n_tables: int, sample_size: int,
+                 h_min: int = 0) -> float:
+    """``Z_eff = Z sqrt(C(s))``: the score SNR when the records fill about ``sqrt(C(s))`` cells
+    of a table, as real records do (the measure ``common.detectors.rules`` chooses tables
+    by, and its measured floor of 1); :func:`score_snr` is the even fill over all cells."""
+    return (score_snr(epsilon, mode, cohort_size, expected_records, n_tables, sample_size,
+                      h_min) * math.sqrt(expected_cells(sample_size)))
 
 
-def choose_tables(epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
-                  expected_records: int, h_min: int = 0) -> TablePlan:
-    """Table count and size for the noise (module docstring), from public inputs only.
-
-    Parameters
-    ----------
-    epsilon : per-release epsilon of the LSH tables.
-    mode : "independent" or "secure".
-    cohort_size : participants ``p`` whose releases are merged.
-    expected_records : administrator-declared expected records per participant.
-    h_min : secure mode: honest shares guaranteed in every sum (0 means ``p``).
-    """
-
-    def tables_for(size: int) -> int:
-        z1 = score_snr(epsilon, mode, cohort_size, expected_records, 1, size, h_min)
-        return min(MAX_TABLES, math.floor((z1 / TARGET_SNR) ** 2))
-
-    for size in SIZES:
-        m = tables_for(size)
-        if m >= GOOD_TABLES:
-            break
-    else:
-        size = SIZES[-1]
-        m = max(MIN_TABLES, tables_for(size))
-    snr = score_snr(epsilon, mode, cohort_size, expected_records, m, size, h_min)
-    return TablePlan(m, size, snr)
+Snr = Callable[..., float]
 
 
 def noise_warning(epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
                   expected_records: int, n_tables: int, sample_size: int,
                   h_min: int = 0) -> str | None:
-    """A sentence for the administrator when noise will dominate (score SNR < 1) or cost
-    accuracy (SNR < ``TARGET_SNR``), else ``None``. Public inputs only."""
-    snr = score_snr(epsilon, mode, cohort_size, expected_records, n_tables, sample_size, h_min)
-    if snr >= TARGET_SNR:
+    """A sentence for the administrator, from public inputs only, else ``None``: the model
+    will be dominated by noise when even the occupied-cell SNR (:func:`occupied_snr`) is
+    below 1; noise may cost accuracy when only the even-fill SNR (:func:`score_snr`) is.
+    Measurements support each in its regime (BENCHMARKS.md: the secure-aggregation sweep
+    for the even fill, the parameter rules for occupied cells), so both figures are given."""
+    args = (epsilon, mode, cohort_size, expected_records, n_tables, sample_size, h_min)
+    spread, occupied = score_snr(*args), occupied_snr(*args)
+    if spread >= NOISE_DOMINATED_SNR:
         return None
+    dominated = occupied < NOISE_DOMINATED_SNR
+    verdict = ("the model will be dominated by noise (expect near-random scores)" if dominated
+               else "noise may cost accuracy")
     k = noise_draws(mode, cohort_size, h_min)
-    hint = (f"secure aggregation (one noise draw instead of {cohort_size})"
-            if mode == "independent" and cohort_size >= 3 else "a larger epsilon")
-    verdict = ("the model will be dominated by noise (expect near-random scores)"
-               if snr < NOISE_DOMINATED_SNR else "noise will cost accuracy")
     return (
         f"{verdict}: with {cohort_size} participants of about {expected_records} records, "
-        f"epsilon {epsilon}, mode {mode} ({k:g} noise draws per cell) and {n_tables} tables "
-        f"of about {expected_cells(sample_size):.0f} cells, the score signal-to-noise ratio "
-        f"is {snr:.2f} (below {NOISE_DOMINATED_SNR:g} noise dominates; {TARGET_SNR:g} gives "
-        f"full accuracy). Use fewer or smaller tables (leave n_tables and sample_size unset "
-        f"to have them chosen), more records or {hint}."
+        f"epsilon {Decimal(str(epsilon)).normalize():f}, mode {mode} ({k:g} noise draws per "
+        f"cell) and {n_tables} tables of about {expected_cells(sample_size):.0f} cells, the "
+        f"score signal-to-noise ratio is {occupied:.2f} over the cells records typically fill "
+        f"and {spread:.2f} if they fill every cell (below {NOISE_DOMINATED_SNR:g} noise "
+        f"dominates). To bring the {'first' if dominated else 'second'} to "
+        f"{NOISE_DOMINATED_SNR:g}: " + "; or ".join(
+            remedies(occupied_snr if dominated else score_snr, *args, tables=dominated)) + "."
     )
+
+
+def remedies(snr: Snr, epsilon: Decimal | str | int, mode: Mode, cohort_size: int,
+             expected_records: int, n_tables: int, sample_size: int,
+             h_min: int = 0, *, tables: bool = True) -> list[str]:
+    """What would bring ``snr`` (:func:`score_snr` or :func:`occupied_snr`) to 1, each change
+    alone, from the public inputs: a larger epsilon, fewer or smaller tables (only with
+    ``tables``), more participants, secure aggregation. It is linear in epsilon, falls as
+    ``1/sqrt(m)`` and grows with the cohort.
+
+    Tables are chosen by the occupied-cell figure (``common.detectors.rules``), so only a
+    warning about that figure proposes other tables: raising the even-fill figure by smaller
+    tables would contradict the rule, which measured them worse."""
+    goal = NOISE_DOMINATED_SNR
+    now = snr(epsilon, mode, cohort_size, expected_records, n_tables, sample_size, h_min)
+    ratio = goal / now
+    eps = Decimal(str(epsilon)) * Decimal(str(ratio))
+    out = [f"epsilon {float(eps):.3g} per release (costs every participant that much per release)"]
+    m = math.floor(n_tables / ratio**2)
+    fewer = next((f"{m2} tables of size {size}" for size in SIZES
+                  if (m2 := min(n_tables, math.floor(n_tables * (snr(
+                      epsilon, mode, cohort_size, expected_records, n_tables, size, h_min)
+                      / goal) ** 2))) >= MIN_TABLES), None)
+    if tables and m >= MIN_TABLES:
+        out.append(f"{m} tables instead of {n_tables}")
+    elif tables and fewer is not None:
+        out.append(fewer)
+    lost = cohort_size - (h_min or cohort_size)
+    more = next((p for p in range(cohort_size + 1, 1001) if snr(
+        epsilon, mode, p, expected_records, n_tables, sample_size,
+        p - lost if mode == "secure" else 0) >= goal), None)
+    if more is not None:
+        out.append(f"{more} participants (hospitals) of this size instead of {cohort_size}")
+    if mode == "independent" and cohort_size >= 3:
+        secure = snr(epsilon, "secure", cohort_size, expected_records, n_tables, sample_size,
+                     cohort_size - 1)
+        out.append(f"secure aggregation (one noise draw instead of {cohort_size}: "
+                   f"{secure:.2f})")
+    return out
 
 
 class _Cohort(Protocol):
@@ -184,26 +198,11 @@ def _declared(aggregation: _Cohort | None) -> tuple[Mode, int, int, int] | None:
     return aggregation.mode, aggregation.cohort_size, aggregation.expected_records, h
 
 
-def plan_lsh_tables(epsilon: Decimal | str | int, aggregation: _Cohort | None,
-                    n_tables: int | None, sample_size: int | None) -> tuple[int, int]:
-    """``(n_tables, sample_size)`` for ``study create``: the administrator's values where
-    given; the rest from :func:`choose_tables` when the cohort size and expected records
-    per participant are declared (``common.noise.AggregationParams``), else 100 and 16."""
-    declared = _declared(aggregation)
-    if declared is None or (n_tables is not None and sample_size is not None):
-        return n_tables or MAX_TABLES, sample_size or SIZES[0]
-    mode, cohort, records, h = declared
-    if sample_size is not None:  # size fixed: the most tables that keep the target SNR
-        z1 = score_snr(epsilon, mode, cohort, records, 1, sample_size, h)
-        m = max(MIN_TABLES, min(MAX_TABLES, math.floor((z1 / TARGET_SNR) ** 2)))
-        return m, sample_size
-    if n_tables is not None:  # count fixed: the largest size that keeps the target SNR
-        for size in SIZES:
-            if score_snr(epsilon, mode, cohort, records, n_tables, size, h) >= TARGET_SNR:
-                return n_tables, size
-        return n_tables, SIZES[-1]
-    plan = choose_tables(epsilon, mode, cohort, records, h)
-    return plan.n_tables, plan.sample_size
+def plan_lsh_tables(n_tables: int | None, sample_size: int | None) -> tuple[int, int]:
+    """``(n_tables, sample_size)`` for ``study create`` without a declared cohort size and
+    expected records: the administrator's values where given, else 100 and 16 (with a
+    declared cohort, :func:`common.detectors.rules.study_lsh` chooses)."""
+    return n_tables or MAX_TABLES, sample_size or SIZES[0]
 
 
 def study_noise_warning(epsilon: Decimal | str | int, aggregation: _Cohort | None,
@@ -215,6 +214,21 @@ def study_noise_warning(epsilon: Decimal | str | int, aggregation: _Cohort | Non
         return None
     mode, cohort, records, h = declared
     return noise_warning(epsilon, mode, cohort, records, n_tables, sample_size, h)
+
+
+def config_snr(config: object, aggregation: _Cohort | None = None
+               ) -> tuple[float, float] | None:
+    """``(occupied, even fill)`` score SNRs of a ``StudyConfig`` (:func:`occupied_snr`,
+    :func:`score_snr`) from its public fields, or ``None`` when the cohort size or the
+    expected records are not declared."""
+    declared = _declared(aggregation if aggregation is not None
+                         else getattr(config, "aggregation", None))
+    if declared is None:
+        return None
+    mode, cohort, records, h = declared
+    lsh, privacy = getattr(config, "lsh"), getattr(config, "privacy")  # noqa: B009
+    args = (privacy.epsilon_lsh, mode, cohort, records, lsh.n_tables, lsh.sample_size, h)
+    return occupied_snr(*args), score_snr(*args)
 
 
 def config_noise_warning(config: object, aggregation: _Cohort | None = None) -> str | None:

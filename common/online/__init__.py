@@ -1,8 +1,12 @@
-"""Streaming mode: differentially private online active learning (Ghassemi et al., AISec 2016).
+"""Streaming mode: differentially private online active learning.
 
+- :mod:`common.online.ftrl`: DP-FTRL, the default learner (weights from noisy prefix sums).
+- :mod:`common.online.factor`: the square-root factorisation, the default noise of those
+  prefix sums; :mod:`common.online.tree`: tree aggregation (``prefix: "tree"``).
 - :mod:`common.online.query`: the private query rules and their true epsilon.
 - :mod:`common.noise.gradient`: the noisy mini-batch gradient sum (OpenDP Gaussian).
-- :mod:`common.online.learner`: projected SGD for a linear SVM with both batching schemes.
+- :mod:`common.online.learner`: FLMB, the per-batch-noise SGD of Ghassemi et al. (AISec 2016)
+  (the baseline), and the projections and centring both learners use.
 - :mod:`common.online.accounting`: the per-record (and so per-stream) privacy charge.
 - :mod:`common.online.params`: the signed config's online section, its schedule and charge.
 - :mod:`common.online.schedule`: a schedule window's single release (padding, the batch).
@@ -24,7 +28,10 @@ _HOME = {
     "QueryRule": "query",
     "RandomizedResponseRule": "query", "bernoulli": "query", "OnlineParams": "params",
     "to_ball": "params", "centre_batch": "schedule", "pad_queries": "schedule",
-    "window_batch": "schedule",
+    "window_batch": "schedule", "FTRLConfig": "ftrl", "OnlineFTRL": "ftrl",
+    "ftrl_rows": "ftrl", "ftrl_step": "ftrl", "ftrl_weights": "ftrl",
+    "TreeAggregator": "tree", "tree_noise": "tree", "SqrtAggregator": "factor",
+    "factor_noise": "factor", "prefix_sums": "factor",
 }
 
 
@@ -40,6 +47,16 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ExponentialRule",
+    "FTRLConfig",
+    "OnlineFTRL",
+    "TreeAggregator",
+    "SqrtAggregator",
+    "factor_noise",
+    "prefix_sums",
+    "ftrl_rows",
+    "ftrl_step",
+    "ftrl_weights",
+    "tree_noise",
     "OnlineParams",
     "federated_step",
     "pad_queries",

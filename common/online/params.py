@@ -1,10 +1,13 @@
 """The online section of a signed study config: public streaming parameters and their charge.
 
-Everything here is public (it is signed by the coordinator and read by every participant):
-the record ball ``M = radius_x``, the weight ball ``R = radius_w``, the step schedule
-(``eta0``, ``lam``), the batching (``batch``, ``scheme``), the query rule and the privacy
-parameters of Ghassemi, Sarwate & Wright (AISec 2016) as implemented in
-:mod:`common.online`.
+Everything here is public (it is signed by the coordinator and read by every participant): the
+learner (``algorithm``: DP-FTRL, :mod:`common.online.ftrl`, with its clip radius, step, bias
+feature, leaf, prefix-sum mechanism and its size; or FLMB, the per-batch-noise SGD of Ghassemi,
+Sarwate & Wright, AISec 2016, with its weight ball, step schedule and batching), the record ball
+``M = radius_x``, the query rule and the privacy parameters. With DP-FTRL the "gradient release"
+below is the prefix-sum mechanism's releases, calibrated so that a whole block costs
+``(epsilon_gradient, delta_gradient)`` per record (:mod:`common.online.factor`,
+:mod:`common.online.tree`).
 
 **Neighbouring streams and the charge.** Two streams are neighbours when they differ in one
 *slot*: one arriving record replaced by another, or by the empty record (the zero vector,
@@ -57,14 +60,21 @@ from pydantic import (
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
 from common.delta_floor import check_delta
-from common.online.learner import OnlineConfig
+from common.online.ftrl import FTRLConfig, ftrl_rows
+from common.online.learner import OnlineConfig, centred_rows
 from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
 from common.params import omit_at_defaults
 
 if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
     from common.noise.gradient import GradientNoise
 
-__all__ = ["OnlineParams", "online_noise", "to_ball"]
+__all__ = ["OnlineParams", "online_factor_noise", "online_noise", "online_tree_noise",
+           "to_ball"]
+
+_FTRL_DEFAULTS = {"algorithm": "ftrl", "clip": 0.5, "eta": 0.01, "bias": 0.25, "leaf": 10,
+                  "tree_leaves": 64, "prefix": "sqrt", "horizon": 256}
+"""Omitted from the canonical form at these values: configs signed before DP-FTRL keep their
+bytes (and are read as DP-FTRL, the default learner; see docs/ONLINE.md)."""
 
 
 def _exact(quantum: Decimal, name: str) -> BeforeValidator:
@@ -84,9 +94,12 @@ class OnlineParams(BaseModel):
 
     dim: int = Field(ge=2, description="Learner dimension: the number of features + 1 (bias).")
     radius_x: _Pos = Field(default=1.0, description="M: records are projected into this ball.")
-    radius_w: _Pos = Field(default=100.0, description="R: weights are projected into this ball.")
-    lam: float = Field(default=1e-3, ge=0, allow_inf_nan=False, description="L2 regulariser.")
-    eta0: _Pos = Field(default=10.0, description="Step size eta_t = eta0 / sqrt(t).")
+    radius_w: _Pos = Field(default=100.0, description="R: the query rule's margin bound is R x "
+                           "clip (FTRL) or R x radius_x (FLMB, whose weights are projected "
+                           "into this ball).")
+    lam: float = Field(default=1e-3, ge=0, allow_inf_nan=False,
+                       description="FLMB: L2 regulariser.")
+    eta0: _Pos = Field(default=10.0, description="FLMB: step size eta_t = eta0 / sqrt(t).")
     batch: int = Field(default=250, ge=1, le=100_000, description="Mini-batch size of the "
                        "pure learner and the benchmarks (large batches shrink the noise per "
                        "labelled record; BENCHMARKS.md); a stream's batch is a schedule "
@@ -113,10 +126,35 @@ class OnlineParams(BaseModel):
     window_seconds: int = Field(default=86_400, ge=1, description="Length of a schedule window "
                                 "(calendar time; 86400: one UTC day).")
     window_origin: int = Field(default=0, description="Unix time at which window 0 begins.")
-    average: bool = Field(default=True, description="Score and query with the running mean "
-                          "of the iterates (post-processing of the released steps).")
+    average: bool = Field(default=True, description="FLMB: score and query with the running "
+                          "mean of the iterates (post-processing of the released steps); "
+                          "FTRL serves its weights as the average.")
     step_releases: int = Field(default=1, ge=1, le=1000, description="Coordinator: noisy "
                                "batch sums summed into one SGD step.")
+    algorithm: Literal["ftrl", "flmb"] = Field(
+        default="ftrl", description="Private learner: 'ftrl' (DP-FTRL, tree aggregation noise, "
+        "weights updated every `leaf` labels; docs/ONLINE.md) or 'flmb' (the per-batch-noise "
+        "mini-batch SGD of Ghassemi et al., the baseline).")
+    clip: _Pos = Field(default=0.5, description="FTRL: C, centred records are projected into "
+                       "this ball (gradient sensitivity 2C).")
+    eta: _Pos = Field(default=0.01, description="FTRL: weights = Pi_R(-eta x noisy prefix sum "
+                      "of the gradients).")
+    bias: float = Field(default=0.25, ge=0, lt=1, description="FTRL: the constant (last) "
+                        "feature as a fraction of `clip`, the other features projected so that "
+                        "the record stays in the ball of `clip`; 0: the record's own.")
+    leaf: int = Field(default=10, ge=1, le=100_000, description="FTRL, pure learner: labels "
+                      "per tree leaf (an update every `leaf` labels); a stream's leaf is a "
+                      "schedule window's queried slots.")
+    tree_leaves: int = Field(default=64, ge=1, le=2**20, description="FTRL: leaves per tree "
+                             "(a power of two; a leaf is in log2 + 1 noisy nodes); a new tree "
+                             "starts on the full one's noisy total.")
+    prefix: Literal["sqrt", "tree"] = Field(
+        default="sqrt", description="FTRL: prefix-sum noise, 'sqrt' (square-root matrix "
+        "factorisation, common/online/factor.py; less noise in the early prefix sums) or "
+        "'tree' (tree aggregation, `tree_leaves`).")
+    horizon: int = Field(default=256, ge=1, le=4096, description="FTRL, 'sqrt': leaves per "
+                         "factorisation block (sensitivity grows like sqrt(log horizon)); a "
+                         "new block starts on the full one's noisy total.")
     centre_window: int | None = Field(
         default=None, ge=0, description="Centring (docs/ONLINE.md): this schedule window's "
         "release is the noisy sum of its slots' records (none queried, unused slots empty), "
@@ -138,28 +176,61 @@ class OnlineParams(BaseModel):
         if not Decimal(0) < self.delta_gradient:
             raise ValueError("delta_gradient must be > 0; use about 1e-6")
         check_delta(self.delta_gradient, "delta_gradient")
+        if self.tree_leaves & (self.tree_leaves - 1):
+            raise ValueError(f"tree_leaves must be a power of two, got {self.tree_leaves}")
         return self
 
     @model_serializer(mode="wrap")
     def _omit_no_centre(self, handler: SerializerFunctionWrapHandler) -> Any:
         """``centre_window`` is omitted when null, so configs signed before it keep their
         canonical form (their signatures still verify)."""
-        return omit_at_defaults(handler(self), {"centre_window": None})
+        return omit_at_defaults(handler(self), {"centre_window": None, **_FTRL_DEFAULTS})
 
     def learner(self) -> OnlineConfig:
         """The pure learner's configuration."""
         return OnlineConfig(self.dim, self.radius_x, self.radius_w, self.lam, self.eta0,
                             self.batch, self.scheme, self.average)
 
+    def ftrl(self, centre: int = 0) -> FTRLConfig:
+        """The pure DP-FTRL learner's configuration (``centre``: centring records, 0: none)."""
+        return FTRLConfig(self.dim, self.radius_x, self.clip, self.eta, self.radius_w,
+                          self.leaf, self.tree_leaves, centre, self.bias, self.prefix,
+                          self.horizon)
+
+    @property
+    def block(self) -> int:
+        """FTRL: leaves per block of the prefix-sum mechanism (tree or square-root block)."""
+        return self.horizon if self.prefix == "sqrt" else self.tree_leaves
+
+    def rows(self, X: NDArray[np.floating], centre: NDArray[np.float64] | None
+             ) -> NDArray[np.float64]:
+        """Records in the ball of ``M`` as the learner uses them (score, query, gradient):
+        centred once a centre is served, then, for FTRL, projected into the ball of ``clip``."""
+        if self.algorithm == "ftrl":
+            return ftrl_rows(X, centre, self.radius_x, self.clip, self.bias)
+        return centred_rows(X, centre, self.radius_x)
+
     def rule(self) -> QueryRule:
         """The query rule whose *true* epsilon is at most ``epsilon_select``."""
         eps = float(self.epsilon_select)
         if self.query == "randomized_response":
             return RandomizedResponseRule.for_epsilon(eps, self.tau)
-        return ExponentialRule.for_epsilon(self.p, self.radius_w * self.radius_x, eps)
+        bound = self.radius_w * (self.clip if self.algorithm == "ftrl" else self.radius_x)
+        return ExponentialRule.for_epsilon(self.p, bound, eps)
 
     def noise(self) -> GradientNoise:
-        """Gaussian noise for batch sums (sensitivity ``2 M``), scale computed once."""
+        """The gradient noise: FTRL's square-root releases (sensitivity ``2 C |C|_col``) or
+        tree nodes (``2 C`` in ``log2(tree_leaves) + 1`` nodes), or FLMB's batch sums
+        (``2 M``); scale computed once."""
+        eps, delta = float(self.epsilon_gradient), float(self.delta_gradient)
+        if self.algorithm == "ftrl" and self.prefix == "sqrt":
+            return online_factor_noise(self.clip, eps, delta, self.horizon)
+        if self.algorithm == "ftrl":
+            return online_tree_noise(self.clip, eps, delta, self.tree_leaves)
+        return online_noise(self.radius_x, eps, delta)
+
+    def centre_noise(self) -> GradientNoise:
+        """Noise of the centring sum (records in the ball of ``M``: sensitivity ``2 M``)."""
         return online_noise(self.radius_x, float(self.epsilon_gradient),
                             float(self.delta_gradient))
 
@@ -198,6 +269,27 @@ def to_ball(X: NDArray[np.floating], lo: NDArray[np.floating], hi: NDArray[np.fl
     span = np.where(high > low, high - low, 1.0)
     Z = np.hstack([2 * (np.clip(rows, low, high) - low) / span - 1, np.ones((len(rows), 1))])
     return np.asarray(Z * (radius / math.sqrt(Z.shape[1])), dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=16)
+def online_tree_noise(clip: float, epsilon: float, delta: float, leaves: int) -> GradientNoise:
+    """Memoised :func:`common.online.tree.tree_noise`."""
+    from common.online.tree import tree_noise
+
+    noise = tree_noise(clip, epsilon, delta, leaves)
+    _ = noise.scale
+    return noise
+
+
+@functools.lru_cache(maxsize=16)
+def online_factor_noise(clip: float, epsilon: float, delta: float, horizon: int
+                        ) -> GradientNoise:
+    """Memoised :func:`common.online.factor.factor_noise`."""
+    from common.online.factor import factor_noise
+
+    noise = factor_noise(clip, epsilon, delta, horizon)
+    _ = noise.scale
+    return noise
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,7 +1,8 @@
 """Wire models of streaming mode: a noisy gradient release and the online model it feeds.
 
 A vector travels as base64 of float64 little-endian (``encode_vector``/``decode_vector``).
-Only the noisy batch sum, the batch's count of queried slots (post-processing of the private
+Only the noisy release (DP-FTRL: the member's prefix increment; FLMB: the noisy batch sum),
+the batch's count of queried slots (post-processing of the private
 query decisions), the schedule window it closes, the weights version it was computed against
 and the claimed charge (one window's) leave a participant. The centring window's release
 (``OnlineParams.centre_window``) has the same shape: the noisy sum of its slots' records and,
@@ -10,15 +11,13 @@ as count, the window's public number of slots.
 
 from __future__ import annotations
 
-import base64
 from decimal import Decimal
 from typing import Annotated
 
-import numpy as np
-from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.online.params import _Delta, _Eps
+from common.online.vectors import decode_vector, encode_vector
 
 __all__ = [
     "CENTRE_FIXED",
@@ -34,26 +33,6 @@ CENTRE_FIXED = "the centre is fixed"
 the participant then stops re-sending that release (nothing was stored or charged there)."""
 
 _Key = Annotated[str, Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
-
-
-def encode_vector(v: NDArray[np.floating]) -> str:
-    """base64 of the float64 little-endian bytes of ``v``."""
-    return base64.b64encode(np.asarray(v, dtype="<f8").tobytes()).decode("ascii")
-
-
-def decode_vector(text: str, dim: int) -> NDArray[np.float64]:
-    """Inverse of :func:`encode_vector`; refuses a wrong length or a non-finite value."""
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError) as exc:
-        raise ValueError(f"vector is not valid base64: {exc}") from exc
-    if len(raw) != 8 * dim:
-        raise ValueError(f"vector must hold {dim} float64 values ({8 * dim} bytes), "
-                         f"got {len(raw)} bytes")
-    v = np.frombuffer(raw, dtype="<f8").astype(np.float64)
-    if not np.all(np.isfinite(v)):
-        raise ValueError("vector values must be finite")
-    return v
 
 
 class OnlineGradientCreate(BaseModel):
@@ -72,8 +51,9 @@ class OnlineGradientCreate(BaseModel):
                        description="Queried slots of the window (post-processing of the "
                        "private query decisions; 0: the release carries noise only); for the "
                        "centring window: its number of slots (public).")
-    noisy_sum: str = Field(description="Noisy gradient sum (centring window: noisy sum of its "
-                           "records), base64 float64 little-endian.")
+    noisy_sum: str = Field(description="DP-FTRL: the increment of the member's noisy prefix "
+                           "sum of gradients; FLMB: the noisy gradient sum (centring window: "
+                           "noisy sum of its records), base64 float64 little-endian.")
     epsilon: _Eps = Field(description="Claimed epsilon: one window's charge.")
     delta: _Delta = Field(default=Decimal(0), description="Claimed delta: one window's charge.")
 
@@ -100,10 +80,12 @@ class OnlineModelPublic(BaseModel):
     config_version: int
     version: int = Field(description="Number of SGD steps taken (0: all-zero weights).")
     pending: int = Field(description="Releases received towards the next step.")
-    weights: str = Field(description="Current SGD iterate, base64 float64 little-endian "
-                         "(dim values): gradients are taken at it.")
-    average: str = Field(description="Running mean of the iterates, same encoding: scoring "
-                         "and the query rule use it when the config's `average` is on.")
+    weights: str = Field(description="Current weights (DP-FTRL: -eta x the members' summed "
+                         "prefix sums; FLMB: the SGD iterate), base64 float64 little-endian "
+                         "(dim values): gradients are taken at them.")
+    average: str = Field(description="FLMB: running mean of the iterates, same encoding "
+                         "(scoring and the query rule use it when the config's `average` is "
+                         "on); DP-FTRL: the weights.")
     centre: str | None = Field(default=None, description="With the config's `centre_window`: "
                                "the centre (same encoding) every record is centred on before "
                                "scoring, querying and gradients; null until a centring release "

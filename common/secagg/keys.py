@@ -67,5 +67,8 @@ def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id
     )
 
 
-def share_aad(round_id: str, owner: str, holder: str) -> bytes:
-    return f"fedod-secagg/share/1\x00{round_id}\x00{owner}\x00{holder}".encode()
+def share_aad(round_id: str, owner: str, holder: str, roster_digest: str) -> bytes:
+    """Binds round, owner, holder and the roster the share was made under: a holder shown
+    another roster (a split view) cannot open it."""
+    return (f"fedod-secagg/share/2\x00{round_id}\x00{owner}\x00{holder}\x00".encode()
+            + bytes.fromhex(roster_digest))

@@ -5,9 +5,10 @@ coordinator lists protects nothing: a coordinator that registers n - 1 identitie
 recovers the one honest member's noisy vector exactly. The list of member identity keys is
 therefore signed by a *consortium key* that the coordinator does not hold (the hospitals'
 data-protection officer keeps it, ``fedod-consortium``) and every participant pins its public
-key at enrolment. A member masks only under a roster whose every member is certified with the
-very identity key the roster lists, and only if the roster is at least ``max(n - D, h_min)``
-long (:func:`check_certified`).
+key at enrolment. A roster names its members by a bitmap over the certificate's members, a
+member verifies its neighbours' adverts under the identity keys certified here, and masks only
+if the roster is at least ``max(n - D, h_min)`` long
+(:func:`common.secagg.participant.check_roster`).
 
 A certificate is the canonical JSON of a :class:`MembershipBody` and an Ed25519 signature over
 ``b"fedod-membership/1\\x00" + payload`` (its own context: it never verifies as a config or a
@@ -29,7 +30,6 @@ from common.canonical import canonical_json
 from common.params import StudyId
 from common.secagg.messages import B64, Name, RoundRefused, b64d, b64e
 from common.secagg.params import AggregationParams
-from common.secagg.roster import VerifiedRoster
 
 __all__ = [
     "CONTEXT",
@@ -37,7 +37,6 @@ __all__ = [
     "SignedMembership",
     "sign_membership",
     "verify_membership",
-    "check_certified",
 ]
 
 CONTEXT = b"fedod-membership/1\x00"
@@ -131,29 +130,3 @@ def verify_membership(
     if len(set(keys)) != len(keys):
         raise RoundRefused("membership certificate lists one identity key twice")
     return body
-
-
-def check_certified(
-    roster: VerifiedRoster, certified: MembershipBody, params: AggregationParams
-) -> None:
-    """Refuse a roster with a member outside the certificate, a member whose identity key
-    differs from its certified one, or fewer members than ``max(n - D, h_min)``."""
-    for member in roster.body.members:
-        key = certified.members.get(member.participant)
-        if key is None:
-            raise RoundRefused(
-                f"roster member {member.participant!r} is not in the consortium's membership "
-                "certificate: the coordinator may be inventing members; nothing was read, "
-                "drawn or charged"
-            )
-        if key != member.identity_key:
-            raise RoundRefused(
-                f"roster lists another identity key for {member.participant!r} than the "
-                "consortium certified: nothing was read, drawn or charged"
-            )
-    floor = max(params.min_roster, params.require_h_min())
-    if len(roster.body.members) < floor:
-        raise RoundRefused(
-            f"roster has {len(roster.body.members)} members, fewer than the certified "
-            f"max(n - D, h_min) = {floor}"
-        )

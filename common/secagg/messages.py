@@ -9,12 +9,16 @@ requests with its config key. Every body names study, round and attempt, so a me
 into another round or attempt is refused by :func:`open_message`'s caller.
 
     advert    participant -> all   (frame) X25519 key of the attempt, commitment to b_u
-    roster    coordinator -> all   every member's identity key and advert frame, k, threshold
+    roster    coordinator -> all   who is in (a bitmap over the certified members), a digest of
+                                   their adverts, k, degree, threshold; the masking graph follows
+                                   from its digest, and each member is served its neighbours'
+                                   advert frames beside it
     masked    participant -> coord (frame) masked words + b_u's shares sealed for each holder
-    request   coordinator -> all   "every roster vector is in: unmask"
+    request   coordinator -> all   "every roster vector is in: unmask" (with each member's
+                                   neighbours' roster acknowledgements beside it)
     unmask    participant -> coord (frame) its own self-mask seed b_u
     recover   coordinator -> all   "these members sent vectors but not b_u: send your shares"
-    shares    participant -> coord the shares it holds of those members' seeds (only then)
+    shares    participant -> coord (frame) its shares of those members' seeds (only then)
 """
 
 from __future__ import annotations
@@ -37,10 +41,8 @@ __all__ = [
     "RoundRef",
     "AdvertBody",
     "RosterBody",
-    "RosterMember",
     "RequestBody",
     "RecoverBody",
-    "SharesBody",
     "sign_message",
     "open_message",
     "b64e",
@@ -49,7 +51,7 @@ __all__ = [
     "raw_ed25519",
 ]
 
-Kind = Literal["roster", "request", "recover", "shares"]
+Kind = Literal["roster", "request", "recover"]
 B64 = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=64_000_000)]
 Name = Annotated[str, Field(min_length=1, max_length=64)]
 Body = TypeVar("Body", bound=BaseModel)
@@ -112,42 +114,35 @@ class AdvertBody(RoundRef):
     seed_commitment: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of b_u.")
 
 
-class RosterMember(_Model):
-    participant: Name
-    identity_key: B64 = Field(description="The member's registered Ed25519 key (32 bytes).")
-    advert: B64 = Field(max_length=200, description="Its advert frame, as it sent it.")
-
-
 class RosterBody(RoundRef):
     config_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     modulus_bits: int = Field(strict=True, ge=2, le=64)
-    threshold: int = Field(strict=True, ge=1)
-    members: list[RosterMember] = Field(min_length=1, description="Sorted by name.")
+    degree: int = Field(strict=True, ge=1, description="Masking-graph degree of the study "
+                        "(common.secagg.graph; >= roster size - 1: complete).")
+    threshold: int = Field(strict=True, ge=1, description="Shamir threshold among neighbours.")
+    size: int = Field(strict=True, ge=1, description="Members in the roster.")
+    members: B64 = Field(
+        max_length=2000,
+        description="Bitmap over the certified members sorted by name (member i is bit i % 8 "
+        "of byte i // 8): who is in the roster. Binary: n / 8 bytes, not n names and keys.")
+    adverts_digest: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="SHA-256 over the SHA-256 of each member's advert frame, in name order: "
+        "the fresh X25519 keys every member chose enter the graph's public randomness.")
 
 
 class RequestBody(RoundRef):
     roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    included: list[str] = Field(description="Members whose masked vectors are in the sum.")
-    acks: dict[str, B64] = Field(
-        default_factory=dict,
-        description="Member -> its signed acknowledgement of the roster it masked under "
-        "(from its masked frame; common.secagg.wire.sign_ack): split-view detection.")
+    included: int = Field(strict=True, ge=1, description="Members whose masked vectors are in "
+                          "the sum: the roster size (a partial sum is never revealed).")
 
 
 class RecoverBody(RoundRef):
     roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    missing: list[str] = Field(
-        min_length=1, description="Members that sent a masked vector but not their self seed."
-    )
-
-
-class SharesBody(RoundRef):
-    participant: Name
-    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    shares: dict[str, B64] = Field(
-        description="Missing member -> this holder's 16-byte share of its seed (the share's "
-        "index is the holder's roster position + 1)."
-    )
+    missing: list[Name] = Field(
+        min_length=1,
+        description="Members that sent a masked vector but not their self seed (a member is "
+        "served a request naming only the lost members it neighbours in the masking graph).")
 
 
 def _context(kind: str) -> bytes:

@@ -8,10 +8,15 @@ are fixed when the study is created and signed, hence
 - ``h_min = n - D - T``: the fewest honest noise shares any revealed sum carries, as seen by
   anyone who pools the shares of up to T participants. Every participant receives the model and
   knows its own share, so ``colluders >= 1`` always (the viewer itself);
-- ``threshold = floor((n + T) / 2) + 1``: Shamir threshold of the self-mask seeds. Two revealed
-  sums over different rosters would need two disjoint sets of honest unmask helpers of size
-  ``threshold - T`` each, impossible when ``2 * threshold > n + T``; recovering after D dropouts
-  needs ``threshold <= n - D`` (validated).
+- ``degree`` k: each member masks with, and shares its self-mask seed among, only its k
+  neighbours in the round's masking graph (:mod:`common.secagg.graph`, SecAgg+), k the smallest
+  even degree whose honest-disconnection bound is at most ``2**-40`` (complete for small n);
+- ``threshold`` t: Shamir threshold of a self-mask seed among the k neighbours,
+  ``min(T + D, floor(k (T + D) / (n - 2D - T))) + 1``. Two attempts of one round are never
+  both revealed: the earlier one needs, for each of the at least ``n - 2D - T`` honest members
+  in both rosters (who help only the last attempt they masked), t shares held by colluders or
+  by the at most D honest members in its roster only, who hold ``k (T + D)`` shares in all.
+  Validated as before: ``floor((n + T) / 2) + 1 + D <= n`` (so ``n - 2D - T >= 1``).
 - ``max_records``: a *public* bound per cell. Each count is clipped to ``[0, max_records]``
   (clipping is 1-Lipschitz per cell, so the L1 sensitivity stays ``n_tables``); it and the
   noise tail fix the word size ``k`` of the arithmetic mod ``2**k`` (:func:`modulus_bits`).
@@ -19,10 +24,21 @@ are fixed when the study is created and signed, hence
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from common.params import omit_at_defaults
+from common.secagg.graph import graph_degree, graph_delta, share_threshold
 
 __all__ = ["AggregationParams", "modulus_bits", "NOISE_TAIL_NATS"]
 
@@ -74,6 +90,17 @@ class AggregationParams(BaseModel):
         le=2**40,
         description="Public bound on one participant's count per cell (counts are clipped).",
     )
+    open_rounds: Literal["admin", "when_ready"] = Field(
+        default="admin",
+        description="Who opens secure rounds: 'admin' (fedod-coordinator rounds open); "
+        "'when_ready': the coordinator opens round 1 itself once every certified member has "
+        "registered its identity key (coordinator.services.secagg_auto). Omitted from the "
+        "JSON at 'admin', so configs signed before it keep their bytes.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return omit_at_defaults(handler(self), {"open_rounds": "admin"})
 
     @model_validator(mode="before")
     @classmethod
@@ -105,20 +132,40 @@ class AggregationParams(BaseModel):
             )
         if self.h_min != h_min:
             raise ValueError(f"h_min must be n - dropouts - colluders = {h_min}")
-        if self.threshold + self.max_dropouts > n:
+        majority = (n + self.max_colluders) // 2 + 1
+        if majority + self.max_dropouts > n:
             raise ValueError(
                 f"cannot tolerate {self.max_dropouts} dropouts with {self.max_colluders} "
-                f"colluders in a cohort of {n}: the unmask threshold {self.threshold} needs "
-                f"dropouts <= {n - self.threshold}"
+                f"colluders in a cohort of {n}: dropouts must be <= {n - majority} "
+                "(floor((n + colluders) / 2) + 1 + dropouts <= n)"
             )
         return self
 
     @property
+    def degree(self) -> int:
+        """Neighbours per member in the masking graph (``n - 1``: complete; secure only)."""
+        if self.cohort_size is None:
+            raise ValueError("independent mode has no masking graph")
+        return graph_degree(self.cohort_size, self.max_dropouts, self.max_colluders)
+
+    @property
+    def graph_delta(self) -> Decimal:
+        """Probability bound, per round, that the masking graph leaves the honest members
+        disconnected (:func:`common.secagg.graph.graph_delta`), rounded up to a multiple of
+        1e-18: added to the delta of every secure release (0 for the complete graph and
+        whenever the colluders are fewer than the degree)."""
+        if self.mode != "secure" or self.cohort_size is None:
+            return Decimal(0)
+        bound = graph_delta(self.cohort_size, self.max_dropouts, self.max_colluders)
+        return Decimal(math.ceil(bound * 10**18)) / Decimal(10**18)
+
+    @property
     def threshold(self) -> int:
-        """Shamir threshold t = floor((n + T) / 2) + 1 (secure mode only)."""
+        """Shamir threshold t of a seed among its owner's neighbours (secure mode only)."""
         if self.cohort_size is None:
             raise ValueError("independent mode has no unmask threshold")
-        return (self.cohort_size + self.max_colluders) // 2 + 1
+        return share_threshold(self.cohort_size, self.max_dropouts, self.max_colluders,
+                               self.degree)
 
     @property
     def min_roster(self) -> int:

@@ -22,25 +22,31 @@ from numpy.typing import NDArray
 
 from common.secagg.keys import RoundSecrets, raw_public, share_aad, share_key
 from common.secagg.masks import apply_masks, pack_words, pair_seed, to_words
-from common.secagg.membership import MembershipBody, check_certified
 from common.secagg.messages import (
     RecoverBody,
     RequestBody,
     RosterBody,
     RoundRef,
     RoundRefused,
-    SharesBody,
     SignedMessage,
     b64d,
-    b64e,
     open_message,
     raw_ed25519,
-    sign_message,
 )
 from common.secagg.params import AggregationParams
-from common.secagg.roster import VerifiedRoster, read_members
+from common.secagg.roster import VerifiedRoster, from_bitmap, read_adverts, unpack_for
 from common.secagg.shares import ShareOpenError, open_share, seal_share, split_seed
-from common.secagg.wire import make_advert_frame, sign_ack, sign_frame, verify_ack
+from common.secagg.wire import (
+    ACK_BYTES,
+    frame_header,
+    make_advert_frame,
+    sign_ack,
+    sign_frame,
+    verify_ack,
+)
+
+ADVERT_TAIL = 128
+"""An advert frame without its header: X25519 key, seed commitment, signature."""
 
 __all__ = [
     "RoundSecrets",
@@ -77,21 +83,26 @@ def verify_roster(
     params: AggregationParams,
     config_digest: str,
     modulus_bits: int,
+    identities: dict[str, str],
 ) -> VerifiedRoster:
-    """Every check on a roster that does not depend on who reads it."""
+    """Every check on a roster that does not depend on who reads it (``identities``: the
+    certified members' identity keys, from the verified membership certificate)."""
     body = open_message(signed, "roster", RosterBody, coordinator_key)
     _same_ref(body, ref, "roster")
     if body.config_digest != config_digest:
         raise RoundRefused("roster names another study config; fetch and verify the config")
-    if body.modulus_bits != modulus_bits or body.threshold != params.threshold:
-        raise RoundRefused("roster word size or threshold differs from the signed config")
-    n = params.cohort_size
-    if not params.min_roster <= len(body.members) <= (n or 0):
+    if (body.modulus_bits, body.degree, body.threshold) != (
+            modulus_bits, params.degree, params.threshold):
         raise RoundRefused(
-            f"roster has {len(body.members)} members; the signed config allows "
-            f"{params.min_roster} to {n} (n - dropouts to n)"
+            "roster word size, graph degree or share threshold differs from the signed config")
+    n = params.cohort_size
+    floor = max(params.min_roster, params.require_h_min())
+    if not floor <= body.size <= (n or 0):
+        raise RoundRefused(
+            f"roster has {body.size} members; the signed config allows {floor} to {n} "
+            "(max(n - dropouts, h_min) to n)"
         )
-    return VerifiedRoster(body, signed.digest(), read_members(body))
+    return VerifiedRoster(body, signed.digest(), from_bitmap(list(identities), body), {})
 
 
 def check_roster(
@@ -104,11 +115,14 @@ def check_roster(
     params: AggregationParams,
     config_digest: str,
     modulus_bits: int,
-    certified: MembershipBody | None = None,
+    identities: dict[str, str],
+    adverts: str,
 ) -> VerifiedRoster:
-    """:func:`verify_roster`, plus: my own advert is in it, byte for byte, and (with
-    ``certified``, the verified consortium certificate) every member is certified with the
-    identity key the roster lists and the roster has at least ``max(n - D, h_min)`` members."""
+    """:func:`verify_roster` (members named by a bitmap over the certificate, so every one is
+    certified), plus: I am in it, and each of my graph neighbours' advert frames (``adverts``,
+    packed in neighbour order, served beside the roster) verifies under the identity key the
+    consortium certified for it. An honest member signs one advert per attempt, so the keys I
+    mask with are my neighbours' own whatever the coordinator does."""
     roster = verify_roster(
         signed,
         coordinator_key=coordinator_key,
@@ -116,13 +130,16 @@ def check_roster(
         params=params,
         config_digest=config_digest,
         modulus_bits=modulus_bits,
+        identities=identities,
     )
-    mine = [m for m in roster.body.members if m.participant == me]
-    if not mine or mine[0].advert != b64e(my_advert):
-        raise RoundRefused(f"roster does not carry {me}'s advert as {me} sent it")
-    if certified is not None:
-        check_certified(roster, certified, params)
-    return roster
+    if me not in roster.names:
+        raise RoundRefused(f"roster does not name {me}")
+    frames = unpack_for(roster, me, adverts, ADVERT_TAIL, frame_header("advert", ref))
+    if frames is None:
+        raise RoundRefused(f"the coordinator did not serve the adverts of {me}'s "
+                           f"{roster.graph.degree} graph neighbours")
+    members = read_adverts(roster.body, {**frames, me: my_advert}, identities)
+    return VerifiedRoster(roster.body, roster.digest, roster.names, members)
 
 
 def mask_upload(
@@ -134,9 +151,10 @@ def mask_upload(
     noisy: NDArray[np.int64],
     unmasked_attempt: int | None = None,
 ) -> bytes:
-    """The masked frame: ``noisy`` (counts + noise share) masked, and b_u's shares sealed for
-    the other members (roster order). Refused once this member has unmasked another attempt
-    of the round (``unmasked_attempt``, from its durable state): its vector is in that sum."""
+    """The masked frame: ``noisy`` (counts + noise share) masked with this member's graph
+    neighbours, and b_u's shares sealed for them (by name). Refused once this member has
+    unmasked another attempt of the round (``unmasked_attempt``, from its durable state): its
+    vector is in that sum."""
     body, k = roster.body, roster.body.modulus_bits
     if unmasked_attempt is not None and unmasked_attempt != body.attempt:
         raise RoundRefused(
@@ -157,15 +175,17 @@ def mask_upload(
         )
         seeds.append((1 if me < name else -1, seed))
     words = apply_masks(to_words(np.asarray(noisy, dtype=np.int64), k), secrets.self_seed, seeds, k)
-    shares = dict(zip(roster.names, split_seed(secrets.self_seed, body.threshold,
-                                                len(roster.names)), strict=True))
+    holders = roster.holders(me)
+    # a roster of n - D members can have fewer neighbours than t (tiny cohorts): its seed is
+    # then recovered by nobody, as with the complete graph before (the round is abandoned)
+    shares = split_seed(secrets.self_seed, body.threshold, max(len(holders), body.threshold))
     sealed = b"".join(
         seal_share(
             share_key(secrets.round_key, roster.members[name], mine, body.round_id),
-            shares[name],  # its index is the holder's roster position + 1: not sent
-            share_aad(body.round_id, me, name),
+            share,  # its index is the holder's place in ``holders`` + 1: not sent
+            share_aad(body.round_id, me, name, roster.digest),
         )
-        for name in roster.holders(me)
+        for name, share in zip(holders, shares, strict=False)
     )
     ack = sign_ack(body, me, roster.digest, identity)
     return sign_frame("masked", body, me, pack_words(words, k) + sealed + ack, identity,
@@ -179,36 +199,51 @@ def answer_unmask(
     me: str,
     identity: Ed25519PrivateKey,
     secrets: RoundSecrets,
+    acks: str,
     coordinator_key: Ed25519PublicKey,
     params: AggregationParams,
     unmasked_attempt: int | None,
+    masked_attempt: int | None,
     record: Callable[[int], None],
+    masked_roster: str | None = None,
 ) -> bytes:
     """Answer an unmask request with b_u (the unmask frame), or refuse it.
 
     ``unmasked_attempt`` is the attempt of this round that this participant already helped
-    unmask (from its durable state); ``record(attempt)`` must persist the new one durably and
-    is called before the answer exists, so a crash can never leave an answer unrecorded.
+    unmask and ``masked_attempt`` the last attempt it masked (both from its durable state): it
+    helps only the last attempt it masked, so once it masked a later attempt no earlier one
+    can be revealed with its help (common.secagg.params); ``acks`` are its graph neighbours'
+    roster acknowledgements, served beside the request. ``record(attempt)`` must persist the
+    new one durably and is called before the answer exists, so a crash can never leave an
+    answer unrecorded. ``masked_roster``: the digest of the roster it masked under (stored
+    with its frame); a roster served later in the same attempt must be that one, so a
+    coordinator cannot change the member's graph neighbours after it masked.
     """
     request = open_message(signed, "request", RequestBody, coordinator_key)
     _same_ref(request, roster.body, "unmask request")
+    _masked_under(roster, masked_roster)
     if request.roster_digest != roster.digest:
         raise RoundRefused("unmask request names another roster")
-    if sorted(request.included) != roster.names:
+    if request.included != len(roster.names):
         raise RoundRefused(
             "unmask request does not include every roster member's vector: a partial sum is "
             "never revealed (the round must restart without the missing members)"
         )
-    for name in roster.names:  # split view: every member masked under MY roster
-        ack = request.acks.get(name)
+    if masked_attempt != request.attempt:
+        raise RoundRefused(
+            f"{me} last masked attempt {masked_attempt} of round {request.round}: it helps "
+            f"unmask no other attempt (asked for {request.attempt})")
+    held = unpack_for(roster, me, acks, ACK_BYTES) or {}
+    for name in roster.holders(me):  # split view: my neighbours masked under MY roster
+        ack = held.get(name)
         key = raw_ed25519(roster.members[name].identity_key)
-        if ack is None or not verify_ack(b64d(ack), roster.body, name, roster.digest, key):
+        if ack is None or not verify_ack(ack, roster.body, name, roster.digest, key):
             raise RoundRefused(
                 f"{name} did not acknowledge the roster {me} masked under: the coordinator "
                 "may have shown members different rosters (split view); no unmask answer "
                 "leaves")
     h_min = params.require_h_min()
-    if len(request.included) < max(h_min, params.min_roster):
+    if request.included < max(h_min, params.min_roster):
         raise RoundRefused(f"refusing to reveal a sum over fewer than {h_min} participants")
     if unmasked_attempt is not None and unmasked_attempt != request.attempt:
         raise RoundRefused(
@@ -217,6 +252,13 @@ def answer_unmask(
         )
     record(request.attempt)
     return sign_frame("unmask", request, me, secrets.self_seed, identity, roster.digest)
+
+
+def _masked_under(roster: VerifiedRoster, masked_roster: str | None) -> None:
+    if masked_roster is not None and masked_roster != roster.digest:
+        raise RoundRefused(
+            "the coordinator now serves another roster than the one this member masked under "
+            "in this attempt (other graph neighbours): no answer leaves")
 
 
 def answer_recover(
@@ -229,16 +271,19 @@ def answer_recover(
     inbox: dict[str, str],
     coordinator_key: Ed25519PublicKey,
     unmasked_attempt: int | None,
-) -> SignedMessage:
+    masked_attempt: int | None,
+    masked_roster: str | None = None,
+) -> bytes:
     """The shares this member holds of the seeds of members lost after masking.
 
     Only for the attempt this member itself helped unmask (so a recovered seed can only
     complete the one sum it agreed to), and only for roster members other than itself."""
     request = open_message(signed, "recover", RecoverBody, coordinator_key)
     _same_ref(request, roster.body, "recover request")
+    _masked_under(roster, masked_roster)
     if request.roster_digest != roster.digest:
         raise RoundRefused("recover request names another roster")
-    if unmasked_attempt != request.attempt:
+    if unmasked_attempt != request.attempt or masked_attempt != request.attempt:
         raise RoundRefused(
             f"{me} did not answer the unmask request of attempt {request.attempt}: it reveals "
             "no shares for it"
@@ -246,21 +291,21 @@ def answer_recover(
     missing = set(request.missing)
     if me in missing or not missing <= set(roster.names):
         raise RoundRefused("recover request names members outside the roster, or me")
+    missing &= set(roster.holders(me))  # I hold shares of my graph neighbours only
     mine = roster.members[me]
-    held: dict[str, str] = {}
+    held: dict[str, bytes] = {}
     for owner in sorted(missing):
         if owner not in inbox:
             raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot recover it")
         key = share_key(secrets.round_key, roster.members[owner], mine, request.round_id)
         try:
-            share = open_share(key, b64d(inbox[owner]), share_aad(request.round_id, owner, me))
+            share = open_share(key, b64d(inbox[owner]),
+                               share_aad(request.round_id, owner, me, roster.digest))
         except ShareOpenError as exc:
             raise RoundRefused(
                 f"the share of {owner}'s seed does not authenticate for {me} in "
                 f"{request.round_id}: altered, replayed or misrouted"
             ) from exc
-        held[owner] = b64e(share)
-    body = SharesBody(
-        **request.ref().model_dump(), participant=me, roster_digest=roster.digest, shares=held
-    )
-    return sign_message("shares", body, identity)
+        held[owner] = share
+    return sign_frame("shares", request, me, b"".join(held[o] for o in sorted(held)), identity,
+                      roster.digest)

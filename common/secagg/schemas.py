@@ -60,24 +60,56 @@ class RoundPublic(BaseModel):
 
 
 class RoundState(RoundPublic):
-    """What a member needs to take its next step.
+    """What a member needs to take its next step (``expected``: the member itself if it is in
+    the attempt, else empty).
 
-    ``request`` is the unmask request, or in phase ``recover`` the recover request; ``inbox``
+    ``request`` is the unmask request, or in phase ``recover`` the recover request (neither
+    in other phases); ``inbox``
     (recover phase only) holds the shares the lost members sealed for the caller.
 
-    ``roster`` is left out (null) when the caller says it already holds the roster whose
-    digest is ``roster_digest`` (``?known_roster=``): a roster is O(n) signed adverts, and a
-    member re-reads the state at every step while it waits for the others."""
+    ``roster`` (who is in: a bitmap over the certified members) comes with ``adverts``, the
+    advert frames of the caller's graph neighbours only (common.secagg.graph); both are left
+    out (null, empty) when the caller says it already holds the roster whose digest is
+    ``roster_digest`` (``?known_roster=``), as is the membership certificate when it holds
+    that (``?known_membership=``): a member re-reads the state at every step while it waits.
+    ``acks`` (unmask phase): the roster acknowledgements of the caller's graph neighbours.
+
+    Compact (common.secagg.view): the member's view leaves out what the member knows or does
+    not use: ``study_id``, ``created_at``, ``finished_at``, and the counts (``cohort``,
+    ``masked``, ``survivors``, ``recovered_by``) until the round is over; ``roster_digest``
+    when the roster is sent (it is the roster's SHA-256) or is the one the caller named in
+    ``?known_roster=``; and in the payloads of ``roster``, ``request`` (unmask and recover)
+    the study, round, attempt, config digest, word size, degree, threshold, roster size (the
+    bitmap's bits), roster digest and the recover request's lost members (the keys of
+    ``inbox``), which the member puts back before it verifies the
+    coordinator's signature over the full canonical payload."""
+
+    study_id: str = ""
+    expected: list[str] = Field(default_factory=list, description="The caller alone if it is "
+                                "in the attempt, else empty.")
+    cohort: int = 0
+    masked: int = 0
+    survivors: int = 0
+    created_at: datetime | None = None  # type: ignore[assignment]
+    finished_at: datetime | None = None
 
     roster: SignedMessage | None = None
     roster_digest: str | None = Field(
-        default=None, description="SHA-256 of this attempt's roster payload (null before it)."
+        default=None, description="SHA-256 of this attempt's full roster payload: left out "
+        "before the roster, when the roster is sent, and when it is the caller's known_roster."
     )
     membership: SignedMembership | None = Field(
         default=None,
         description="The consortium-signed membership certificate, sent with the roster (and "
         "left out with it): a member masks only if every roster member is certified.",
     )
+    adverts: str = Field(
+        default="", description="The caller's graph neighbours' advert frames without their "
+        "11-byte headers (128 bytes each), in neighbour order (sorted by name), base85 (RFC 1924 "
+        "alphabet, Python's base64.b85encode).")
     request: SignedMessage | None = None
+    acks: str = Field(
+        default="", description="The caller's graph neighbours' signed roster "
+        "acknowledgements (64 bytes each), in neighbour order, base85.")
     inbox: dict[str, str] = Field(default_factory=dict)
     done: list[Literal["advert", "masked", "unmask", "shares"]] = Field(default_factory=list)

@@ -31,17 +31,20 @@ from common.secagg.messages import (
     RecoverBody,
     RequestBody,
     RosterBody,
-    RosterMember,
     RoundRef,
     RoundRefused,
-    SharesBody,
     SignedMessage,
-    b64d,
-    b64e,
     open_message,
     sign_message,
 )
-from common.secagg.roster import VerifiedRoster, read_members
+from common.secagg.roster import (
+    VerifiedRoster,
+    adverts_digest,
+    from_bitmap,
+    pack_for,
+    read_adverts,
+    to_bitmap,
+)
 from common.secagg.shares import combine_seed
 from common.secagg.wire import (
     ACK_BYTES,
@@ -60,9 +63,14 @@ __all__ = [
     "accept_masked",
     "sealed_share",
     "build_request",
+    "neighbour_acks",
+    "neighbour_adverts",
     "accept_unmask",
     "build_recover",
     "accept_shares",
+    "helped",
+    "helpers",
+    "unrecoverable",
     "reveal_sum",
 ]
 
@@ -76,33 +84,42 @@ def accept_advert(
 
 def build_roster(
     ref: RoundRef,
-    adverts: dict[str, tuple[Ed25519PublicKey, bytes]],
+    adverts: dict[str, bytes],
     *,
+    universe: list[str],
     config_digest: str,
     modulus_bits: int,
     threshold: int,
     key: Ed25519PrivateKey,
+    degree: int,
 ) -> SignedMessage:
-    """``adverts``: name -> (registered identity key, advert frame)."""
-    members = [
-        RosterMember(participant=name, identity_key=b64e(ident.public_bytes_raw()),
-                     advert=b64e(frame))
-        for name, (ident, frame) in sorted(adverts.items())
-    ]
+    """``adverts``: name -> its accepted advert frame; ``universe``: the certified members;
+    ``degree``: the study's masking-graph degree (``AggregationParams.degree``)."""
     body = RosterBody(
         **ref.ref().model_dump(),
         config_digest=config_digest,
         modulus_bits=modulus_bits,
+        degree=degree,
         threshold=threshold,
-        members=members,
+        size=len(adverts),
+        members=to_bitmap(universe, list(adverts)),
+        adverts_digest=adverts_digest(adverts),
     )
     return sign_message("roster", body, key)
 
 
-def roster_of(signed: SignedMessage, key: Ed25519PublicKey) -> VerifiedRoster:
-    """The coordinator's own roster, re-read (its signature is checked, not trusted)."""
+def roster_of(signed: SignedMessage, key: Ed25519PublicKey, adverts: dict[str, bytes],
+              identities: dict[str, str]) -> VerifiedRoster:
+    """The coordinator's own roster, re-read with every member's stored advert frame (the
+    roster's signature and advert digest are checked, not trusted; each advert was verified
+    when it was accepted; ``identities``: the certified members' keys)."""
     body = open_message(signed, "roster", RosterBody, key)
-    return VerifiedRoster(body, signed.digest(), read_members(body))
+    names = from_bitmap(list(identities), body)
+    frames = {name: adverts[name] for name in names}
+    if adverts_digest(frames) != body.adverts_digest:
+        raise RoundRefused("stored adverts do not match the roster's advert digest")
+    members = read_adverts(body, frames, identities, verified=True)  # checked when accepted
+    return VerifiedRoster(body, signed.digest(), names, members)
 
 
 def _words_size(n_cells: int, k: int) -> int:
@@ -145,17 +162,25 @@ def masked_ack(frame: bytes) -> bytes:
     return frame[-(ACK_BYTES + SIGNATURE_BYTES) : -SIGNATURE_BYTES]
 
 
-def build_request(
-    roster: VerifiedRoster,
-    included: list[str],
-    key: Ed25519PrivateKey,
-    masked: dict[str, bytes] | None = None,
-) -> SignedMessage:
-    """The unmask request: every member in ``included`` is in the sum; with every accepted
-    masked frame's roster acknowledgement (``masked``: name -> frame)."""
-    acks = {name: b64e(masked_ack(frame)) for name, frame in (masked or {}).items()}
-    body = RequestBody(**_for(roster), included=sorted(included), acks=acks)
-    return sign_message("request", body, key)
+def build_request(roster: VerifiedRoster, included: int, key: Ed25519PrivateKey
+                  ) -> SignedMessage:
+    """The unmask request: ``included`` masked vectors (every roster member's) are in."""
+    return sign_message("request", RequestBody(**_for(roster), included=included), key)
+
+
+def neighbour_acks(roster: VerifiedRoster, me: str, masked: dict[str, bytes]) -> str:
+    """The roster acknowledgements of ``me``'s graph neighbours, from their accepted masked
+    frames (name -> frame), packed in neighbour order: what ``me`` checks before it answers
+    the unmask request (empty until every neighbour's frame is in)."""
+    if not set(roster.holders(me)) <= set(masked):
+        return ""
+    return pack_for(roster, me, {n: masked_ack(f) for n, f in masked.items()})
+
+
+def neighbour_adverts(roster: VerifiedRoster, me: str, adverts: dict[str, bytes]) -> str:
+    """``me``'s graph neighbours' advert frames, packed in neighbour order, headers left out
+    (128 bytes each: X25519 key, seed commitment, signature)."""
+    return pack_for(roster, me, adverts, HEADER_BYTES)
 
 
 def _for(roster: VerifiedRoster) -> dict[str, Any]:
@@ -181,33 +206,48 @@ def build_recover(
 
 
 def accept_shares(
-    signed: SignedMessage,
+    frame: bytes,
     roster: VerifiedRoster,
     *,
     name: str,
     identity: Ed25519PublicKey,
     missing: list[str],
-) -> SharesBody:
-    """A holder's shares of exactly the ``missing`` members' seeds, 16 bytes each."""
-    body = open_message(signed, "shares", SharesBody, identity)
-    if body.ref() != roster.body.ref() or body.participant != name:
-        raise RoundRefused(f"shares answer is for {body.round_id} from {body.participant!r}")
-    if body.roster_digest != roster.digest:
-        raise RoundRefused("shares answer was made for another roster")
-    if sorted(body.shares) != sorted(missing):
-        raise RoundRefused("shares answer must carry one share of each missing member's seed")
-    for share in body.shares.values():
-        b64d(share, size=SELF_SEED_BYTES)
-    return body
+) -> dict[str, bytes]:
+    """A holder's shares frame: missing member -> its 16-byte share, exactly one for each of
+    the ``missing`` members that are its graph neighbours (frame length, signature over study,
+    sender and roster digest all checked)."""
+    owners = helped(roster, name, missing)
+    body = open_frame(frame, "shares", SELF_SEED_BYTES * len(owners), ref=roster.body,
+                      sender=name, key=identity, roster_digest=roster.digest)
+    return {o: body[i * SELF_SEED_BYTES:(i + 1) * SELF_SEED_BYTES]
+            for i, o in enumerate(owners)}
+
+
+def helped(roster: VerifiedRoster, holder: str, missing: list[str]) -> list[str]:
+    """The missing members whose seed shares ``holder`` holds (its graph neighbours)."""
+    return sorted(set(missing) & set(roster.holders(holder)))
+
+
+def helpers(roster: VerifiedRoster, answered: set[str], missing: list[str]) -> list[str]:
+    """Members that answered the unmask and hold a share of some missing member's seed."""
+    return sorted({h for m in missing for h in roster.holders(m) if h in answered})
+
+
+def unrecoverable(roster: VerifiedRoster, answered: set[str], missing: list[str]) -> list[str]:
+    """Missing members with fewer than ``threshold`` answering neighbours."""
+    t = roster.body.threshold
+    return [m for m in missing if len(answered & set(roster.holders(m))) < t]
 
 
 def _seed_of(
-    name: str, roster: VerifiedRoster, seeds: dict[str, bytes], shares: dict[str, SharesBody]
+    name: str, roster: VerifiedRoster, seeds: dict[str, bytes],
+    shares: dict[str, dict[str, bytes]]
 ) -> bytes:
     if name in seeds:
         return seeds[name]
-    held = {roster.position(h): b64d(a.shares[name])
-            for h, a in shares.items() if name in a.shares}
+    neighbours = set(roster.holders(name))
+    held = {roster.share_index(name, h): got[name]
+            for h, got in shares.items() if h in neighbours and name in got}
     try:
         seed = combine_seed(held, roster.body.threshold)
     except ValueError as exc:
@@ -221,14 +261,13 @@ def reveal_sum(
     roster: VerifiedRoster,
     masked: dict[str, U64],
     seeds: dict[str, bytes],
-    shares: dict[str, SharesBody] | None = None,
+    shares: dict[str, dict[str, bytes]] | None = None,
 ) -> NDArray[np.int64]:
-    """The cohort's sum, from every member's masked words, >= threshold self seeds, and the
-    survivors' shares of the seeds of members lost after masking."""
+    """The cohort's sum, from every member's masked words, the self seeds of those that
+    answered, and, for each member lost after masking, at least ``threshold`` shares of its
+    seed from its graph neighbours."""
     if sorted(masked) != roster.names:
         raise RoundRefused("every roster member's masked vector is needed to reveal a sum")
-    if len(seeds) < roster.body.threshold:
-        raise RoundRefused(f"{len(seeds)} unmask answers, the threshold is {roster.body.threshold}")
     k = roster.body.modulus_bits
     mask = np.uint64((1 << k) - 1)
     n = next(iter(masked.values())).shape[0]

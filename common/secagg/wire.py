@@ -26,6 +26,9 @@ a truncated, padded or oversized frame is refused before its signature is checke
             detected before any unmask answer leaves (Bonawitz et al., CCS 2017,
             ConsistencyCheck).
     unmask  b_u itself (16)
+    shares  (recover phase only) the sender's 16-byte shares of the seeds of the lost members
+            it neighbours in the masking graph, in name order (their Shamir indices follow
+            from the graph)
 
 JSON with base64 would add a third to every frame (and names and field labels besides).
 """
@@ -54,13 +57,14 @@ __all__ = [
     "make_advert_frame",
     "open_advert",
     "frame_digest",
+    "frame_header",
     "ACK_BYTES",
     "sign_ack",
     "verify_ack",
 ]
 
-FrameKind = Literal["advert", "masked", "unmask"]
-_CODES: dict[str, int] = {"advert": 1, "masked": 2, "unmask": 3}
+FrameKind = Literal["advert", "masked", "unmask", "shares"]
+_CODES: dict[str, int] = {"advert": 1, "masked": 2, "unmask": 3, "shares": 4}
 _HEADER = struct.Struct("<BQH")
 HEADER_BYTES = _HEADER.size
 SIGNATURE_BYTES = 64
@@ -85,6 +89,11 @@ def _signed(
     return head + study.encode() + b"\x00" + sender.encode() + b"\x00" + digest + unsigned
 
 
+def frame_header(kind: FrameKind, ref: RoundRef) -> bytes:
+    """The 11 bytes every ``kind`` frame of the attempt ``ref`` starts with."""
+    return _HEADER.pack(_CODES[kind], ref.round, ref.attempt)
+
+
 def sign_frame(
     kind: FrameKind,
     ref: RoundRef,
@@ -93,7 +102,7 @@ def sign_frame(
     key: Ed25519PrivateKey,
     roster_digest: str | None = None,
 ) -> bytes:
-    unsigned = _HEADER.pack(_CODES[kind], ref.round, ref.attempt) + body
+    unsigned = frame_header(kind, ref) + body
     return unsigned + key.sign(_signed(kind, ref.study_id, sender, roster_digest, unsigned))
 
 

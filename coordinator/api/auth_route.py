@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from coordinator.api.deps import (
     bearer,
     get_caller,
+    participant_token,
     require_admin,
     require_participant,
     unauthorized,
@@ -64,7 +65,7 @@ def check_caller(request: Request, token: str, calls: set[object]) -> None:
         caller = get_caller(session, request.app.state.settings, creds)
     if require_admin in calls:
         require_admin(caller)
-    if require_participant in calls:
+    if require_participant in calls or participant_token in calls:
         require_participant(caller)
 
 

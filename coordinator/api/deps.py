@@ -3,8 +3,10 @@
 Permission checks live here, not in the routes: ``AdminDep`` needs the admin token,
 ``CurrentParticipant`` an active participant credential, ``StudyReader`` admin or a member
 of the study in the path, ``StudyMember`` a member only. A participant that is not a member
-of a study gets the same 404 as for a study that does not exist (no existence oracle);
-``coordinator.api.auth_route`` answers 401/403 before any validation error.
+of a study gets the same 404 as for a study that does not exist (no existence oracle).
+``ParticipantToken`` refuses the admin token on the participant routes that look their
+caller up themselves. ``coordinator.api.auth_route`` answers 401/403 before any validation
+error.
 """
 
 from __future__ import annotations
@@ -166,12 +168,18 @@ StudyReader = Annotated[Study, Depends(study_reader)]
 StudyMember = Annotated[Study, Depends(study_member)]
 
 
-def ingest_token(settings: Settings, creds: Credentials) -> str:
-    """The contribution route's credential: 403 for the admin token, 401 for none."""
-    token = reader_token(settings, creds)
+async def participant_token(request: Request, creds: Credentials) -> str:
+    """The credential of a participant-only route that looks its caller up itself (one
+    database hop instead of ``CurrentParticipant``): 401 for none, 403 for the admin token.
+    A dependency, so the 403 comes before any validation error (``auth_route``); async, as
+    it does no I/O."""
+    token = reader_token(request.app.state.settings, creds)
     if token is None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, NOT_PARTICIPANT)
     return token
+
+
+ParticipantToken = Annotated[str, Depends(participant_token)]
 
 
 Found = TypeVar("Found", IngestCaller, ModelReader)

@@ -229,11 +229,20 @@ def build_parser() -> argparse.ArgumentParser:
     from coordinator.cli.cohorts import add_parser as add_cohorts
 
     add_cohorts(add)
+    from coordinator.cli.rounds import add_parser as add_rounds
+
+    add_rounds(add)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code (0 when a reader such as ``head`` closed stdout)."""
+    from common.pipes import quiet_broken_pipe
+
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     from pydantic import ValidationError
     from sqlalchemy.exc import OperationalError
 
@@ -249,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return int(args.func(args, settings))
+    except BrokenPipeError:
+        raise  # the reader closed stdout: quiet_broken_pipe ends the command
     except DeploymentMissing as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG

@@ -7,6 +7,7 @@ from html import escape
 from sqlalchemy.orm import Session
 
 from common.budget import plain_decimal as fmt
+from common.cohorts.marks import CentreMark
 from common.cohorts.model import CohortModel
 from common.errors import NotFound
 from coordinator.dashboard.pages import _header, _table, page
@@ -29,15 +30,18 @@ def _round_rows(session: Session, study_id: str) -> list[str]:
     return rows
 
 
-def _cohort_rows(model: CohortModel, names: list[str]) -> list[str]:
+def _cohort_rows(model: CohortModel, names: list[str], marks: tuple[CentreMark, ...]) -> list[str]:
     rows = []
     for i in sorted(range(model.k), key=lambda c: -float(model.masses[c])):
         centre = ", ".join(f"{escape(n)} {v:.4g}"
                            for n, v in zip(names, model.centroids[i], strict=True))
         rule = escape(model.describe(i, names)) if model.rules else "nearest centre"
-        rows.append(f'<tr data-cohort="{i}"><td class="num">{i}</td>'
+        flags = " ".join(marks[i].flags)
+        note = (f'<br><span class="marked" data-marks="{flags}">{escape(marks[i].describe())}'
+                "</span>" if flags else "")
+        rows.append(f'<tr data-cohort="{i}" data-marks="{flags}"><td class="num">{i}</td>'
                     f'<td class="num" data-field="size">{float(model.masses[i]):.0f}</td>'
-                    f"<td>{centre}</td><td>{rule}</td></tr>")
+                    f"<td>{centre}{note}</td><td>{rule}</td></tr>")
     return rows
 
 
@@ -60,9 +64,19 @@ def cohorts_page(session: Session, key_id: str, study_id: str) -> str:
              f"{fmt(params.epsilon)} in all ({fmt(first)} in round 1). "
              f'Status: <b id="cohort-status">{escape(status)}</b>.</p>')
     names = [f.name for f in config.features]
-    table = (_table("cohorts", ["#Cohort", "#Size (noisy)", "Centre", "Rule"],
-                    _cohort_rows(CohortModel.from_json(result.model), names), "")
-             if result else '<p class="empty">No cohort model released yet.</p>')
+    if result:
+        model = CohortModel.from_json(result.model)
+        public = cohorts_views.cohorts_public(session, study)
+        marks = tuple(CentreMark.from_flags(f) for f in public.marks or [[]] * model.k)
+        table = _table("cohorts", ["#Cohort", "#Size (noisy)", "Centre", "Rule"],
+                       _cohort_rows(model, names, marks), "")
+        table += ('<p class="muted note">A cohort marked "not a finding" was set by the noise, '
+                  "not by the records: its noisy size is within 2 standard deviations of the "
+                  "public count noise, its centre never moved from its public start, or it sits "
+                  "on a corner of the study's box (docs/COHORTS.md).</p>")
+    else:
+        table = '<p class="empty">No cohort model released yet.</p>'
+
     body = (_header(f"study {study_id} · cohorts", key_id, back=True)
             + f"<main><section>{facts}</section><section><h2>Rounds</h2>"
             + _table("cohort-rounds", ["#Round", "Status", "#Expected", "#Sent",

@@ -21,7 +21,15 @@ from common.budget import PrivacyBudget
 from common.budget import plain_decimal as fmt
 from common.errors import NotFound
 from common.schemas import BudgetPublic, LedgerEntryPublic
-from coordinator.dashboard.charts import cumulative_series, step_chart
+from coordinator.dashboard.charts import cumulative_series, peak_series, step_chart
+from coordinator.dashboard.figures import (
+    contributors_text,
+    cost_html,
+    cost_items,
+    revoked_contributors,
+    spread,
+    study_kind,
+)
 from coordinator.dashboard.secagg import rounds_section
 from coordinator.db.tables import Aggregate, Contribution, LedgerEntry, Participant, Study, utcnow
 from coordinator.ledger.refusals import refused_attempts
@@ -94,7 +102,7 @@ def _participant_rows(budgets: list[BudgetPublic], warn: Decimal) -> list[str]:
             f'<td class="num" data-field="epsilon_cap">{fmt(b.epsilon_cap)}</td>'
             f'<td class="num" data-field="epsilon_spent">{fmt(b.epsilon_spent)}</td>'
             f'<td class="num" data-field="epsilon_remaining">{fmt(b.epsilon_remaining)}</td>'
-            f"<td>{_bar(b.epsilon_spent, b.epsilon_cap, warn)}</td>"
+            f'<td class="used">{_bar(b.epsilon_spent, b.epsilon_cap, warn)}</td>'
             f'<td class="num">{fmt(b.delta_spent)} / {fmt(b.delta_cap)}</td></tr>'
         )
     return rows
@@ -104,12 +112,16 @@ def _study_rows(session: Session) -> list[str]:
     rows = []
     for study, aggregate in session.execute(select(Study, Aggregate).join(Aggregate)
                                             .order_by(Study.id)):
-        cost = study_config(study).release_cost()
+        config = study_config(study)
+        revoked = min(revoked_contributors(session, study.id), aggregate.contributors)
+        note = f' <span class="muted">({revoked} revoked)</span>' if revoked else ""
         rows.append(
             f'<tr data-study="{escape(study.id)}"><td>{_link("studies", study.id)}</td>'
-            f'<td class="num">{study.config_version}</td><td class="num">{aggregate.version}</td>'
-            f'<td class="num" data-field="contributors">{aggregate.contributors}</td>'
-            f'<td class="num">{fmt(cost.epsilon)}</td></tr>'
+            f'<td data-field="kind">{escape(study_kind(config))}</td>'
+            f'<td class="cost" data-field="cost">{cost_html(config)}</td>'
+            f'<td class="num"><span data-field="contributors">{aggregate.contributors}</span>'
+            f'{note}</td><td class="num">{study.config_version}</td>'
+            f'<td class="num">{aggregate.version}</td></tr>'
         )
     return rows
 
@@ -162,10 +174,17 @@ def _refusals_table(session: Session, **where: object) -> str:
     return _table("refused", head, rows, "No refused attempts.")
 
 
+ALL_STUDIES = "all studies"
+"""The participant page's panel of its total over every study: the figure its cap bounds."""
+
+
 def _chart(charges: list[Charge], *, by: str, title: str, cap: Decimal | None = None) -> str:
     rows = [(name if by == "participant" else entry.study_id, entry.created_at, entry.epsilon)
             for entry, name in charges]
-    return step_chart(cumulative_series(rows), title=title, cap=cap)
+    if cap is None:
+        return step_chart(cumulative_series(rows), title=title)
+    total = cumulative_series((ALL_STUDIES, t, eps) for _, t, eps in rows)
+    return step_chart(total + cumulative_series(rows), title=title, cap=cap, capped=ALL_STUDIES)
 
 
 def _header(title: str, key_id: str, back: bool) -> str:
@@ -186,14 +205,17 @@ def dashboard_page(session: Session, key_id: str, warn: Decimal = Decimal("0.8")
         n_participants=len(budgets), n_active=sum(b.active for b in budgets),
         n_studies=session.scalar(select(func.count(Study.id))) or 0,
         n_releases=session.scalar(select(func.count(Contribution.id))) or 0,
-        eps_total=fmt(sum((b.epsilon_spent for b in budgets), Decimal(0))),
+        eps_max=fmt(spread([b.epsilon_spent for b in budgets])[0]),
+        eps_median=fmt(spread([b.epsilon_spent for b in budgets])[1]),
         participants=_table("participants", head, _participant_rows(budgets, warn),
                             "No participants enrolled yet."),
         chart_participants=_chart(charges, by="participant",
                                   title="ε spent over time, per participant"),
-        chart_studies=_chart(charges, by="study", title="ε spent over time, per study"),
-        studies=_table("studies", ["Study", "#Config version", "#Model version",
-                                   "#Contributors", "#ε per release"],
+        chart_studies=step_chart(
+            peak_series((e.study_id, name, e.created_at, e.epsilon) for e, name in charges),
+            title="Highest ε one participant has spent, per study"),
+        studies=_table("studies", ["Study", "Kind", "What a participant pays",
+                                   "#Contributors", "#Config version", "#Model version"],
                        _study_rows(session), "No studies yet."),
         refused=_refusals_table(session),
         releases=_charges_table(charges[:25]),
@@ -232,13 +254,14 @@ def study_page(session: Session, key_id: str, study_id: str) -> str:
     config = study_config(study)
     aggregate = session.get(Aggregate, study_id)
     charges = _study_charges(session, study_id)
-    cost = config.release_cost()
-    facts = (f"<p>config v{study.config_version}, {len(config.features)} features, "
-             f"{config.lsh.n_tables} LSH tables, grid: {config.grid_layout or 'none'}; each "
-             f"release costs ε {fmt(cost.epsilon)}, δ "
-             f"{fmt(cost.delta)}. Model v{aggregate.version if aggregate else 0}"
-             f' from <b data-field="contributors">{aggregate.contributors if aggregate else 0}'
-             "</b> contributing participant(s).</p>")
+    contributors = aggregate.contributors if aggregate else 0
+    who = contributors_text(contributors, revoked_contributors(session, study_id))
+    costs = "; ".join(text for _, text in cost_items(config))
+    facts = (f"<p>{escape(study_kind(config))} study, config v{study.config_version}, "
+             f"{len(config.features)} features, {config.lsh.n_tables} LSH tables, grid: "
+             f"{config.grid_layout or 'none'}. Each participant pays {escape(costs)}. "
+             f"Model v{aggregate.version if aggregate else 0} from "
+             f'<b id="contributors">{escape(who)}</b>.</p>')
     if config.cohorts is not None:
         facts += (f'<p><a id="cohorts-link" href="/admin/studies/{quote(study_id, safe="")}'
                   f'/cohorts">Private cohorts ({escape(config.cohorts.method)})</a></p>')

@@ -7,6 +7,7 @@ import json
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.cohorts.marks import marks_of_public
 from common.cohorts.protocol import CohortState
 from common.cohorts.schemas import CohortRoundPublic, CohortsPublic
 from coordinator.db.cohorts import CohortResult, CohortRound
@@ -38,7 +39,9 @@ def cohorts_public(session: Session, study: Study) -> CohortsPublic:
     base = CohortsPublic(study_id=study.id, method=params.method, rounds=protocol.rounds,
                          status="not_started", history=history)
     if result is not None:
-        return base.model_copy(update={"status": "done", "model": json.loads(result.model)})
+        done = base.model_copy(update={"status": "done", "model": json.loads(result.model)})
+        marks = marks_of_public(protocol, done.model_dump(mode="json"))
+        return done.model_copy(update={"marks": [list(m.flags) for m in marks]})
     if not history:
         return base
     current = rounds_of(session, study.id)[-1]

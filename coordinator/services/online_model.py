@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from common.config import StudyConfig
 from common.errors import ModelNotFinite, NotFound
+from common.online.ftrl import ftrl_step
 from common.online.learner import centre_from_release, federated_step, running_mean
 from common.online.params import OnlineParams
 from common.online.wire import (
@@ -57,8 +58,9 @@ def step(session: Session, model: OnlineModel, params: OnlineParams) -> None:
         OnlineRelease.study_id == model.study_id, OnlineRelease.applied_in.is_(None),
         OnlineRelease.centring.is_(False)).order_by(OnlineRelease.id)))
     model.pending, model.updated_at = 0, utcnow()
-    counted = [r for r in pending if r.count > 0]
-    if counted:  # releases of count 0 (no slot queried) carry noise only: no step on them
+    if params.algorithm == "ftrl":  # every increment moves the members' prefix sums
+        _apply(model, params, pending)
+    elif counted := [r for r in pending if r.count > 0]:  # count 0: noise only, no SGD step
         _apply(model, params, counted)
     for r in pending:
         r.applied_in = model.version
@@ -76,19 +78,25 @@ def _stored(text: str, dim: int) -> NDArray[np.float64]:
 
 
 def _apply(model: OnlineModel, params: OnlineParams, releases: list[OnlineRelease]) -> None:
-    """One SGD step on ``releases``; skipped (weights unchanged, a warning) if it would hold a
-    non-finite value, so a study is never blocked by one step."""
+    """One step on ``releases`` (FTRL: ``w - eta`` times their summed prefix increments, the
+    average served as ``w``; FLMB: one SGD step, the running mean of the iterates); skipped
+    (weights unchanged, a warning) if it would hold a non-finite value, so a study is never
+    blocked by one step."""
     w = _stored(model.weights, params.dim)
     sums = [decode_vector(r.noisy_sum, params.dim) for r in releases]
     try:
-        w = federated_step(w, model.version + 1, sums, [r.count for r in releases],
-                           params.learner())
+        if params.algorithm == "ftrl":
+            w = ftrl_step(w, sums, params.eta)
+        else:
+            w = federated_step(w, model.version + 1, sums, [r.count for r in releases],
+                               params.learner())
     except ModelNotFinite as exc:
         log.warning("study %s: online step %d skipped, releases %s consumed without a step: %s",
                     model.study_id, model.version + 1, [r.id for r in releases], exc)
         return
     model.version += 1
-    average = running_mean(_stored(model.average, params.dim), w, model.version)
+    average = w if params.algorithm == "ftrl" else running_mean(
+        _stored(model.average, params.dim), w, model.version)
     model.weights, model.average = encode_vector(w), encode_vector(average)
 
 

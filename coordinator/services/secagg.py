@@ -4,14 +4,13 @@
     masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
     masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
     unmask ──(admin advance: >= threshold answers)──► recover; fewer ──► abandoned
-    recover ──(shares from every answerer, or admin advance)──► done, or abandoned when some
-               lost member's seed has fewer than threshold shares
+    recover ──(shares from every answerer neighbouring a lost member, or admin advance)──►
+               done, or abandoned when some lost member's seed has fewer than threshold shares
     done ◄── only if the revealed sum passes :func:`common.secagg.checks.check_secure_sum`;
                else rejected (not merged: the model keeps its last value, the members stay
                charged, the next round opens as after any finished round)
 
-The members' own messages are binary frames (:mod:`common.secagg.wire`), stored as base64;
-the shares answers of the recover phase (off the normal path) are signed JSON.
+The members' messages are binary frames (:mod:`common.secagg.wire`), stored as base64.
 
 Every message takes the lock of its round row, so transitions are exact with any number of
 workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
@@ -29,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from common.errors import Conflict, NotFound
 from common.secagg import server
-from common.secagg.messages import RoundRefused, SignedMessage, b64d, b64e
+from common.secagg.messages import RoundRefused, b64e
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
@@ -119,39 +118,35 @@ def post_message(
     participant: Participant,
     number: int,
     step: str,
-    message: bytes | SignedMessage,
+    message: bytes,
 ) -> Round:
-    """Check one member's message (a frame, or for ``shares`` a signed JSON message) against
-    the open attempt, store it (a masked vector is charged to the member's ledger in the same
-    transaction), then move the round on when every member has sent this kind of message."""
+    """Check one member's frame against the open attempt, store it (a masked vector is
+    charged to the member's ledger in the same transaction), then move the round on when
+    every member has sent this kind of message."""
     phase, kind = STEPS[step]
     config, _ = phases.secure_params(study)
     identity = store.identity_of(session, participant)
     rnd = _locked(session, study, number, phase)
     name = participant.name
-    if isinstance(message, SignedMessage):
-        if kind != "shares" or name not in store.messages(session, rnd, "unmask"):
-            raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")
-        server.accept_shares(message, phases.roster_of(rnd, keys), name=name,
-                             identity=identity, missing=store.missing_members(rnd))
-        payload = message.model_dump_json()
+    if kind == "advert":
+        if name not in store.expected(rnd):
+            raise RoundRefused(f"{name!r} is not in this attempt's cohort")
+        server.accept_advert(message, ref=phases.ref(rnd), name=name, identity=identity)
+    elif kind == "masked":
+        server.accept_masked(message, phases.roster_of(session, rnd, keys), name=name,
+                             identity=identity, n_cells=config.secure_cells)
+    elif kind == "unmask":
+        server.accept_unmask(message, phases.roster_of(session, rnd, keys), name=name,
+                             identity=identity)
     else:
-        if kind == "advert":
-            if name not in store.expected(rnd):
-                raise RoundRefused(f"{name!r} is not in this attempt's cohort")
-            server.accept_advert(message, ref=phases.ref(rnd), name=name, identity=identity)
-        elif kind == "masked":
-            server.accept_masked(message, phases.roster_of(rnd, keys), name=name,
-                                 identity=identity, n_cells=config.secure_cells)
-        elif kind == "unmask":
-            server.accept_unmask(message, phases.roster_of(rnd, keys), name=name,
-                                 identity=identity)
-        else:
-            raise RoundRefused("a shares answer is signed JSON, not a frame")
-        payload = b64e(message)
+        if name not in store.messages(session, rnd, "unmask", [name]):
+            raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")
+        roster = phases.roster_of(session, rnd, keys)
+        server.accept_shares(message, roster, name=name, identity=identity,
+                             missing=store.missing_members(rnd, roster.names))
+    payload = b64e(message)
     if not store.stored_message(session, rnd, participant, kind, payload):
         if kind == "masked":
-            assert isinstance(message, bytes)
             store.charge_release(session, participant, rnd, config.version,
                                  config.release_cost(), message)
         store.store_message(session, rnd, participant, kind, payload)
@@ -167,27 +162,34 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
         if len(received) == len(store.expected(rnd)):
             phases.publish(session, keys, study, rnd)
         return
-    roster = phases.roster_of(rnd, keys)
+    roster = phases.roster_of(session, rnd, keys)
     if kind == "shares":
-        if received == sorted(store.messages(session, rnd, "unmask")):
+        answered = set(store.messages(session, rnd, "unmask"))
+        missing = store.missing_members(rnd, roster.names)
+        if received == server.helpers(roster, answered, missing):
             phases.reveal(session, keys, study, rnd)
         return
     if received != roster.names:
         return
     if kind == "masked":
-        frames = {n: b64d(f) for n, f in store.messages(session, rnd, "masked").items()}
-        request = server.build_request(roster, roster.names, keys.private_key(), frames)
+        request = server.build_request(roster, len(roster.names), keys.private_key())
         rnd.request, rnd.status = request.model_dump_json(), "unmask"
     else:
         phases.reveal(session, keys, study, rnd)
 
 
-def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
-    """Admin: declare the members that have not acted in this phase lost, and move on."""
-    _, params = phases.secure_params(study)
+def _open_attempt(session: Session, study: Study, number: int) -> Round:
+    """The open attempt of round ``number``, locked; ``Conflict`` when it is not open."""
     rnd = current(session, study.id, lock=True)
     if rnd.number != number or rnd.status not in OPEN:
         raise Conflict(f"round {number} of {study.id!r} is not open")
+    return rnd
+
+
+def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Round:
+    """Admin: declare the members that have not acted in this phase lost, and move on."""
+    _, params = phases.secure_params(study)
+    rnd = _open_attempt(session, study, number)
     if rnd.status == "keys":
         phases.publish(session, keys, study, rnd)
     elif rnd.status == "masking":
@@ -218,3 +220,12 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
     return current(session, study.id)
 
 
+def abort_round(session: Session, study: Study, number: int) -> Round:
+    """Admin: end the open attempt of round ``number`` as ``abandoned`` (no sum is revealed;
+    members that already sent a masked vector stay charged, as after any abandoned round)."""
+    phases.secure_params(study)
+    rnd = _open_attempt(session, study, number)
+    phases.finish(session, rnd, "abandoned", f"aborted by the administrator in phase "
+                                             f"{rnd.status!r}")
+    session.commit()
+    return rnd

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import OrderedDict
 
 from sqlalchemy.orm import Session
 
@@ -39,10 +40,34 @@ def ref(rnd: Round) -> RoundRef:
     return RoundRef(study_id=rnd.study_id, round=rnd.number, attempt=rnd.attempt)
 
 
-def roster_of(rnd: Round, keys: KeyStore) -> VerifiedRoster:
+def certified_keys(session: Session, study_id: str) -> dict[str, str]:
+    """Name -> certified identity key (base64) of the study's membership certificate."""
+    signed = store.membership(session, study_id)
+    if signed is None:
+        raise Conflict(f"study {study_id!r} has no membership certificate")
+    return signed.body().members
+
+
+_ROSTERS: OrderedDict[tuple[int, str, str], VerifiedRoster] = OrderedDict()
+_ROSTERS_KEPT = 16
+
+
+def roster_of(session: Session, rnd: Round, keys: KeyStore) -> VerifiedRoster:
+    """The attempt's roster, verified with every stored advert once per process: a signed
+    roster never changes, and every member's ``rounds/current`` needs it, so re-reading the
+    ``n`` adverts per request would cost O(n) per request and O(n^2) per round."""
     assert rnd.roster is not None
     signed = SignedMessage.model_validate_json(rnd.roster)
-    return server.roster_of(signed, keys.private_key().public_key())
+    key = (rnd.id, signed.digest(), keys.key_id())
+    if (hit := _ROSTERS.get(key)) is not None:
+        return hit
+    adverts = {n: b64d(f) for n, f in store.messages(session, rnd, "advert").items()}
+    verified = server.roster_of(signed, keys.private_key().public_key(), adverts,
+                                certified_keys(session, rnd.study_id))
+    _ROSTERS[key] = verified
+    while len(_ROSTERS) > _ROSTERS_KEPT:
+        _ROSTERS.popitem(last=False)
+    return verified
 
 
 def finish(session: Session, rnd: Round, status: str, detail: str | None = None) -> None:
@@ -55,19 +80,18 @@ def finish(session: Session, rnd: Round, status: str, detail: str | None = None)
 
 def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, params = secure_params(study)
-    adverts = {
-        name: (store.identity_of(session, store.participant_by_name(session, name)), b64d(frame))
-        for name, frame in store.messages(session, rnd, "advert").items()
-    }
+    adverts = {name: b64d(frame) for name, frame in store.messages(session, rnd, "advert").items()}
     if len(adverts) < params.min_roster:
         finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
         return
     roster = server.build_roster(
         ref(rnd),
         adverts,
+        universe=list(certified_keys(session, study.id)),
         config_digest=study.config_digest,
         modulus_bits=config.secure_modulus_bits(),
         threshold=params.threshold,
+        degree=params.degree,
         key=keys.private_key(),
     )
     rnd.roster, rnd.status = roster.model_dump_json(), "masking"
@@ -75,15 +99,16 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
 
 def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, _ = secure_params(study)
-    roster = roster_of(rnd, keys)
+    roster = roster_of(session, rnd, keys)
     who = functools.partial(store.identity_by_name, session)
     seeds = {
         name: server.accept_unmask(b64d(frame), roster, name=name, identity=who(name))
         for name, frame in store.messages(session, rnd, "unmask").items()
     }
     shares = {
-        name: server.accept_shares(SignedMessage.model_validate_json(signed), roster, name=name,
-                                   identity=who(name), missing=store.missing_members(rnd))
+        name: server.accept_shares(b64d(signed), roster, name=name,
+                                   identity=who(name),
+                                   missing=store.missing_members(rnd, roster.names))
         for name, signed in store.messages(session, rnd, "shares").items()
     }
     words = {
@@ -107,13 +132,16 @@ def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
 
 def recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationParams) -> None:
     """Unmask phase declared over: ask the members that answered for their shares of the seeds
-    of those that did not (abandon if fewer than the threshold answered)."""
-    roster = roster_of(rnd, keys)
-    answered = store.messages(session, rnd, "unmask")
-    if len(answered) < params.threshold:
-        finish(session, rnd, "abandoned",
-                f"{len(answered)} unmask answers, the threshold is {params.threshold}")
-        return
+    of those that did not (abandon if some lost member has fewer than the threshold of its
+    graph neighbours answering)."""
+    roster = roster_of(session, rnd, keys)
+    answered = set(store.messages(session, rnd, "unmask"))
     missing = [n for n in roster.names if n not in answered]
+    lost = server.unrecoverable(roster, answered, missing)
+    if lost:
+        finish(session, rnd, "abandoned",
+               f"{len(lost)} members lost after masking ({', '.join(lost[:5])}) have fewer "
+               f"than the threshold {roster.body.threshold} of their graph neighbours answering")
+        return
     rnd.request = server.build_recover(roster, missing, keys.private_key()).model_dump_json()
     rnd.status = "recover"

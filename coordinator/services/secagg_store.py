@@ -12,7 +12,7 @@ import json
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -146,24 +146,35 @@ def expected(rnd: Round) -> list[str]:
     return names
 
 
-def messages(session: Session, rnd: Round, kind: str) -> dict[str, str]:
+def messages(session: Session, rnd: Round, kind: str, names: list[str] | None = None
+             ) -> dict[str, str]:
     """Name -> the stored message: base64 of a frame (advert, masked, unmask) or the JSON of a
-    signed message (shares)."""
-    rows = session.execute(
+    signed message (shares); only those of ``names`` when given."""
+    query = (
         select(Participant.name, RoundMessage.payload)
         .join(Participant, Participant.id == RoundMessage.participant_id)
         .where(RoundMessage.round_id == rnd.id, RoundMessage.kind == kind)
     )
-    return {name: p for name, p in rows}
+    if names is not None:
+        query = query.where(Participant.name.in_(names))
+    return {name: p for name, p in session.execute(query)}
+
+
+def kinds_of(session: Session, rnd: Round, participant: Participant) -> set[str]:
+    """The kinds of message ``participant`` has sent in this attempt."""
+    return set(session.scalars(select(RoundMessage.kind).where(
+        RoundMessage.round_id == rnd.id, RoundMessage.participant_id == participant.id)))
 
 
 def counts(session: Session, rnd: Round) -> dict[str, int]:
     rows = session.execute(
-        select(RoundMessage.kind).where(RoundMessage.round_id == rnd.id)
-    ).scalars()
+        select(RoundMessage.kind, func.count())
+        .where(RoundMessage.round_id == rnd.id)
+        .group_by(RoundMessage.kind)
+    )
     out = {"advert": 0, "masked": 0, "unmask": 0, "shares": 0}
-    for kind in rows:
-        out[kind] += 1
+    for kind, count in rows:
+        out[kind] = count
     return out
 
 
@@ -223,11 +234,11 @@ def identity_by_name(session: Session, name: str) -> Ed25519PublicKey:
     return identity_of(session, participant_by_name(session, name))
 
 
-def missing_members(rnd: Round) -> list[str]:
+def missing_members(rnd: Round, names: list[str]) -> list[str]:
     """The members a recover request names (recover phase)."""
     assert rnd.request is not None
     payload = SignedMessage.model_validate_json(rnd.request).payload
-    return RecoverBody.model_validate_json(payload).missing
+    return [n for n in RecoverBody.model_validate_json(payload).missing if n in names]
 
 
 def replace_model(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from common.secagg import server
+from common.secagg import server, view
 from common.secagg.messages import RosterBody, SignedMessage, b64d, b64e
+from common.secagg.roster import VerifiedRoster
 from common.secagg.schemas import RoundPublic, RoundState
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Participant, Study
 from coordinator.keys import KeyStore
 from coordinator.services import secagg_store as store
 from coordinator.services.secagg import current
+from coordinator.services.secagg_phases import roster_of
 from coordinator.services.secagg_store import missing_members
 from coordinator.services.studies import study_config
 
@@ -21,7 +23,7 @@ def round_public(session: Session, rnd: Round) -> RoundPublic:
     cohort = 0
     if rnd.roster is not None:
         payload = SignedMessage.model_validate_json(rnd.roster).payload
-        cohort = len(RosterBody.model_validate_json(payload).members)
+        cohort = RosterBody.model_validate_json(payload).size
     return RoundPublic(
         study_id=rnd.study_id,
         round=rnd.number,
@@ -38,23 +40,33 @@ def round_public(session: Session, rnd: Round) -> RoundPublic:
     )
 
 
-def _inbox(session: Session, keys: KeyStore, study: Study, rnd: Round, me: str) -> dict[str, str]:
-    """In the recover phase: the shares sealed for ``me`` by the members lost after masking
-    (only theirs: a holder is never handed shares it is not asked to reveal)."""
-    if rnd.status != "recover" or rnd.roster is None or rnd.request is None:
+def _inbox(session: Session, study: Study, rnd: Round, roster: VerifiedRoster, me: str
+           ) -> dict[str, str]:
+    """In the recover phase: the shares sealed for ``me`` by its graph neighbours lost after
+    masking (only theirs: a holder is never handed shares it is not asked to reveal)."""
+    if rnd.status != "recover" or rnd.request is None:
         return {}
-    missing = set(missing_members(rnd))
-    roster = server.roster_of(SignedMessage.model_validate_json(rnd.roster),
-                              keys.private_key().public_key())
-    if me not in roster.members:
-        return {}
+    missing = set(missing_members(rnd, roster.names)) & set(roster.holders(me))
     cells = study_config(study).secure_cells
     return {
         owner: b64e(server.sealed_share(b64d(frame), roster, owner=owner, holder=me,
                                         n_cells=cells))
-        for owner, frame in store.messages(session, rnd, "masked").items()
-        if owner in missing and owner != me
+        for owner, frame in store.messages(session, rnd, "masked", sorted(missing)).items()
     }
+
+
+def _neighbourhood(session: Session, rnd: Round, roster: VerifiedRoster, me: str,
+                   known: bool) -> tuple[str, str]:
+    """The advert frames (unless the caller holds the roster) and, in the unmask phase, the
+    roster acknowledgements of ``me``'s graph neighbours, packed (common.secagg.roster)."""
+    near = roster.holders(me)
+    adverts = "" if known else server.neighbour_adverts(roster, me, {
+        n: b64d(f) for n, f in store.messages(session, rnd, "advert", near).items()})
+    acks = ""
+    if rnd.status == "unmask":
+        masked = {n: b64d(f) for n, f in store.messages(session, rnd, "masked", near).items()}
+        acks = server.neighbour_acks(roster, me, masked)
+    return adverts, acks
 
 
 def round_state(
@@ -63,26 +75,46 @@ def round_state(
     study: Study,
     participant: Participant,
     known_roster: str | None = None,
+    known_membership: str | None = None,
 ) -> RoundState:
-    """The caller's view of the current attempt; the roster itself only if it is not the one
-    the caller says it holds (``known_roster``, a roster digest)."""
+    """The caller's view of the current attempt: the roster and its neighbours' adverts only
+    if it does not hold that roster (``known_roster``, a roster digest), the membership
+    certificate only if it does not hold that one (``known_membership``, its digest)."""
     rnd = current(session, study.id)
     public = round_public(session, rnd)
-    mine = [
-        k
-        for k in ("advert", "masked", "unmask", "shares")
-        if participant.name in store.messages(session, rnd, k)
-    ]
-    inbox = _inbox(session, keys, study, rnd, participant.name)
+    me = participant.name
+    sent = store.kinds_of(session, rnd, participant)
+    mine = [k for k in ("advert", "masked", "unmask", "shares") if k in sent]
     roster = SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None
     digest = roster.digest() if roster else None
-    return RoundState(
-        **public.model_dump(),
-        roster=None if digest is not None and digest == known_roster else roster,
-        roster_digest=digest,
-        membership=(store.membership(session, study.id)
-                    if roster is not None and digest != known_roster else None),
-        request=SignedMessage.model_validate_json(rnd.request) if rnd.request else None,
+    known = digest is not None and digest == known_roster
+    adverts = acks = ""
+    inbox: dict[str, str] = {}
+    request = (SignedMessage.model_validate_json(rnd.request)
+               if rnd.request and rnd.status in ("unmask", "recover") else None)
+    if roster is not None and rnd.status in ("masking", "unmask", "recover"):
+        verified = roster_of(session, rnd, keys)
+        if me in verified.names:
+            adverts, acks = _neighbourhood(session, rnd, verified, me, known)
+            inbox = _inbox(session, study, rnd, verified, me)
+        if rnd.status == "recover":  # the lost members this caller neighbours, or none
+            near = sorted(inbox)
+            request = server.build_recover(verified, near, keys.private_key()) if near else None
+    certificate = store.membership(session, study.id) if roster is not None else None
+    if certificate is not None and certificate.digest() == known_membership:
+        certificate = None
+    over = rnd.status in ("done", "rejected", "abandoned")  # counts only once it is over
+    counts = {"cohort", "masked", "survivors", "recovered_by"}
+    left_out = {"study_id", "created_at", "finished_at", "expected"} | (set() if over else counts)
+    return RoundState(  # compact (common.secagg.view): what the member knows is left out
+        **public.model_dump(exclude=left_out),
+        expected=[me] if me in public.expected else [],  # O(1), not the n names
+        roster=None if known or roster is None else view.compact(roster),
+        roster_digest=None if known or roster is not None else digest,
+        adverts=adverts,
+        membership=certificate,
+        request=None if request is None else view.compact(request),
+        acks=acks,
         inbox=inbox,
-        done=mine,  # type: ignore[arg-type]
+        done=mine,
     )

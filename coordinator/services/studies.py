@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -12,8 +13,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.config import StudyConfig, new_study_config
+from common.detectors.rules import grid_rule, study_lsh, study_scoring
 from common.errors import Conflict, InvalidInput, NotFound
 from common.noise.planning import config_noise_warning, plan_lsh_tables
+from common.params import GridParams
 from common.schemas import StudyCreate, StudyPublic
 from common.signing import SignedConfig, sign_config
 from coordinator.db.online import new_model
@@ -61,10 +64,10 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
             privacy=body.privacy,
             n_tables=n_tables,
             sample_size=sample_size,
-            grid=body.grid,
+            grid=grid_for(body),
             valid_days=body.valid_days,
             seed=secrets.token_bytes(32),
-            scoring=getattr(body.lsh, "scoring", None),
+            scoring=scoring_for(body, n_tables, sample_size),
             aggregation=body.aggregation,
             online=body.online,
             cohorts=body.cohorts,
@@ -93,14 +96,54 @@ def create_study(session: Session, keys: KeyStore, body: StudyCreate) -> Study:
 
 def lsh_tables_for(body: StudyCreate) -> tuple[int, int]:
     """Table count and size: the administrator's where given (fields set in the request),
-    else chosen for the noise from the declared cohort (``common.noise.planning``)."""
+    else chosen from the declared cohort by the public rule (``common.detectors.rules``);
+    without a declared cohort size and expected records, ``common.noise.planning``'s
+    defaults."""
     fixed = body.lsh.model_fields_set
-    return plan_lsh_tables(
-        body.privacy.epsilon_lsh,
-        getattr(body, "aggregation", None),
-        body.lsh.n_tables if "n_tables" in fixed else None,
-        body.lsh.sample_size if "sample_size" in fixed else None,
-    )
+    n_tables = body.lsh.n_tables if "n_tables" in fixed else None
+    sample_size = body.lsh.sample_size if "sample_size" in fixed else None
+    agg = getattr(body, "aggregation", None)
+    if agg is None or agg.cohort_size is None or agg.expected_records is None:
+        return plan_lsh_tables(n_tables, sample_size)
+    return study_lsh(body.privacy.epsilon_lsh, len(body.features), agg.mode, agg.cohort_size,
+                     agg.expected_records, agg.h_min if agg.mode == "secure" else 0,
+                     n_tables, sample_size)
+
+
+def scoring_for(body: StudyCreate, n_tables: int, sample_size: int
+                ) -> Literal["log", "mass"] | None:
+    """The request's LSH scoring, else the public rule's for the chosen tables when the
+    cohort is declared (``log`` where the cells stand clear of the noise), else ``None``
+    (the detector's default, ``mass``)."""
+    scoring = getattr(body.lsh, "scoring", None)
+    agg = getattr(body, "aggregation", None)
+    if scoring is not None or agg is None or agg.cohort_size is None or (
+            agg.expected_records is None):
+        return scoring
+    return study_scoring(body.privacy.epsilon_lsh, agg.mode, agg.cohort_size,
+                         agg.expected_records, n_tables, sample_size,
+                         agg.h_min if agg.mode == "secure" else 0)
+
+
+def grid_for(body: StudyCreate) -> GridParams | None:
+    """The requested grid, with ``bins``, ``k`` and ``projection`` the request left unset
+    chosen by the public rule (``common.detectors.rules.grid_rule``) when the cohort size
+    and expected records are declared; otherwise as requested."""
+    grid, agg = body.grid, getattr(body, "aggregation", None)
+    if grid is None or agg is None or agg.cohort_size is None or agg.expected_records is None:
+        return grid
+    unset = {"bins", "k", "projection"} - grid.model_fields_set
+    if not unset:
+        return grid
+    d = len(grid.features) if grid.features is not None else len(body.features)
+    rule = grid_rule(d=d, expected_records=agg.expected_records, cohort_size=agg.cohort_size,
+                     epsilon=body.privacy.epsilon_grid or None, cell_limit=grid.cell_limit)
+    if not rule.use:
+        log.warning("study %s: the grid's expected score signal-to-noise ratio is %.3g (below"
+                    " 0.1): it adds noise, not signal; consider leaving the grid out and"
+                    " spending its epsilon on the LSH tables", body.study_id, rule.snr)
+    chosen = {"bins": rule.bins, "k": min(rule.k, 100_000), "projection": rule.projection}
+    return grid.model_copy(update={name: chosen[name] for name in unset})
 
 
 def get_study(session: Session, study_id: str) -> Study:

@@ -1,5 +1,10 @@
 """``fedod-participant cohorts``: the command body and its output (text or ``--json``); its
-options are in :mod:`participant.cli.parser`."""
+options are in :mod:`participant.cli.parser`.
+
+Every cohort carries its marks (:mod:`common.cohorts.marks`): a size within the public count
+noise, a centre that never moved from its public start, or one at a corner of the study's box
+is printed as "not a finding", never as a plain result.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,28 @@ def _text(doc: dict[str, Any]) -> str:
         centre = ", ".join(f"{k}={v:.4g}" for k, v in c["centre"].items())
         rule = f"  rule: {c['rule']}" if c["rule"] else ""
         lines.append(f"  cohort {c['cohort']}: size {c['size']:g}  centre {centre}{rule}")
+        if c.get("note"):
+            lines.append(f"    ({c['note']})")
+    marked = sum(bool(c.get("marks")) for c in doc["cohorts"])
+    if marked:
+        lines.append(f"{marked} of {len(doc['cohorts'])} cohorts are marked 'not a finding': "
+                     "the noise, not the records, set them (docs/COHORTS.md, Reading the "
+                     "cohorts); more epsilon, more participants or a smaller k helps.")
     return "\n".join(lines)
+
+
+def _with_marks(agent: Agent, doc: dict[str, Any]) -> dict[str, Any]:
+    """The cohorts with their marks, computed from the public run and the signed config."""
+    from common.cohorts.marks import marks_of_public
+    from common.cohorts.study import protocol_of
+
+    with agent.client() as client:
+        config, _ = agent.fetch_config(doc["study"], client)
+        public = client.get_cohorts(doc["study"])
+    marks = marks_of_public(protocol_of(config), public)
+    cohorts = [{**c, "marks": list(marks[c["cohort"]].flags),
+                "note": marks[c["cohort"]].describe()} if marks else c for c in doc["cohorts"]]
+    return {**doc, "cohorts": cohorts}
 
 
 def cmd_cohorts(agent: Agent, args: argparse.Namespace) -> None:
@@ -32,4 +58,5 @@ def cmd_cohorts(agent: Agent, args: argparse.Namespace) -> None:
     if "stopped_after" in doc:
         out(args, doc, f"left cohort round {doc['round']} after storing its noisy vector")
         return
+    doc = _with_marks(agent, doc)
     out(args, doc, _text(doc))

@@ -22,6 +22,7 @@ from participant.cli.online import cmd_stream
 from participant.cli.output import count, options, out
 from participant.cli.run import cmd_run
 from participant.config import Settings
+from participant.online.notes import spending_note
 
 __all__ = ["COMMANDS", "pin_consortium_key"]
 
@@ -93,15 +94,20 @@ def cmd_config(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def cmd_check_data(agent: Agent, args: argparse.Namespace) -> None:
+    from participant.data.precheck import empty_warning
+
     source = agent.check_data(args.study, args.data, options(args))
     r = source.report
+    if warning := empty_warning(r, None):
+        print(f"warning: {warning}", file=sys.stderr)
     out(args, {"file": r.path, "rows": r.rows, "clipped": r.clipped},
          f"{r.path}: {r.rows} records match the study schema; {_clipped(r.clipped)}")
 
 
 def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
     o = agent.contribute(args.study, args.data, options(args), send_slot=args.send_slot,
-                         approve_schema=args.approve_schema)
+                         approve_schema=args.approve_schema,
+                         drop_malformed=args.drop_malformed_rows)
     if o.send_slots > 1:
         print(f"warning: reading the data took longer than the send slot ({args.send_slot:g} "
               f"s), so the release went out after {o.send_slots} slots, which hints at the "
@@ -117,8 +123,10 @@ def cmd_contribute(agent: Agent, args: argparse.Namespace) -> None:
                 "dropped_over_rows_per_id": o.dropped, "send_slots": o.send_slots,
                 "epsilon_spent": o.spent.epsilon, "delta_spent": o.spent.delta,
                 "epsilon_cap": o.cap.epsilon},
-         f"{_clipped(o.clipped)}\n{o.dropped} rows over --rows-per-id left out (local only)"
-         f"\nlocal budget spent {o.spent} of cap {o.cap}")
+         "\n".join([_clipped(o.clipped),
+                    *([f"{o.dropped} rows over --rows-per-id left out (local only)"]
+                      if args.rows_per_id else []),
+                    f"local budget spent {o.spent} of cap {o.cap}"]))
 
 
 def cmd_score(agent: Agent, args: argparse.Namespace) -> None:
@@ -157,7 +165,7 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
     asked (unreachable, credential refused), say so and exit non-zero after printing."""
     e = agent.state.load_enrolment()
     with agent.ledger() as ledger:
-        spent, pending = ledger.spent(), ledger.entries(status="stored")
+        spent, pending, entries = ledger.spent(), ledger.entries(status="stored"), ledger.entries()
     doc: dict[str, Any] = {"state": str(agent.state.root), "coordinator": e.coordinator_url,
                            "key_fingerprint": e.key_fingerprint, "cap": e.cap,
                            "max_release_epsilon": Decimal(e.max_release_epsilon),
@@ -168,6 +176,8 @@ def cmd_status(agent: Agent, args: argparse.Namespace) -> None:
         with agent.client() as client:
             there = client.budget()
         doc["coordinator_spent"], doc["coordinator_remaining"] = there.spent, there.remaining
+        if (note := spending_note(entries, spent, there.spent)) is not None:
+            doc["why_they_differ"] = note
     except (FedodError, httpx.HTTPError) as exc:
         doc["coordinator_error"] = str(exc)
         args.deferred_error = exc  # participant.cli.main exits with its code after the output

@@ -8,11 +8,15 @@ invent members. Every hospital pins its public key at enrolment
 
     fedod-consortium keygen --out consortium.pem          # once; prints the public key
     fedod-consortium sign --key consortium.pem members.json > membership.json
+    fedod-consortium certify --key consortium.pem --study study.json \
+        --identity general.json --identity clinic.json --out membership.json
     fedod-consortium verify --consortium-key PUB membership.json
     # the coordinator's admin uploads it: PUT /v1/studies/<id>/membership
 
 ``members.json`` is a :class:`~common.secagg.membership.MembershipBody`: study_id, version,
 expires_at, cohort_size, max_dropouts, max_colluders and members (name -> identity key).
+``certify`` builds and signs it from the study spec and the identity files the hospitals sent
+(``fedod-participant identity --json``, or ``run --identity-out``), waiting for them if asked.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import binascii
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,12 +112,47 @@ def certify(
 
 def _keygen(args: argparse.Namespace) -> dict[str, str]:
     out = Path(args.out)
-    if out.exists():
-        raise FileExistsError(f"{out} exists; refusing to overwrite a consortium key")
-    key = generate_key()
-    save_private_key(key, out)
-    return {"private_key": str(out), "public_key": raw_key(key.public_key()),
-            "fingerprint": key_fingerprint(key)}
+    if out.exists() and not args.keep_existing:
+        raise FileExistsError(f"{out} exists; refusing to overwrite a consortium key "
+                              "(--keep-existing reuses it)")
+    if not out.exists():
+        save_private_key(generate_key(), out)
+    key = load_private_key(out)
+    public = raw_key(key.public_key())
+    if args.public_out:
+        Path(args.public_out).write_text(public + "\n")
+    return {"private_key": str(out), "public_key": public, "fingerprint": key_fingerprint(key)}
+
+
+def _identities(paths: list[str], wait: float) -> dict[str, str]:
+    """name -> identity key from the hospitals' identity files (``{"participant": ...,
+    "identity_key": ...}``), waiting up to ``wait`` seconds for the files to appear."""
+    give_up = time.monotonic() + wait
+    while missing := [p for p in paths if not Path(p).is_file()]:
+        if time.monotonic() > give_up:
+            raise FileNotFoundError(f"no identity file at {', '.join(missing)} after {wait:g} s")
+        time.sleep(0.5)
+    members = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        members[str(doc["participant"])] = str(doc["identity_key"])
+    return members
+
+
+def _certify(args: argparse.Namespace) -> dict[str, object]:
+    from common.spec import load_study_spec
+
+    spec = load_study_spec(Path(args.study).read_text())
+    params = spec.aggregation
+    if params is None or params.mode != "secure":
+        raise ValueError(f"{args.study}: the study does not use secure aggregation")
+    signed = certify(spec.study_id, params, _identities(args.identity, args.wait),
+                     load_private_key(args.key), version=args.version,
+                     expires_at=datetime.now(UTC) + timedelta(days=args.valid_days))
+    doc = signed.model_dump()
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
+    return doc
 
 
 def _sign(args: argparse.Namespace) -> dict[str, object]:
@@ -146,7 +186,25 @@ def build_parser() -> argparse.ArgumentParser:
                        "print its public key (pin it with 'enrol --consortium-key') and "
                        "fingerprint")
     p.add_argument("--out", required=True, metavar="FILE")
+    p.add_argument("--public-out", metavar="FILE",
+                   help="also write the public key (base64) to FILE, for the hospitals")
+    p.add_argument("--keep-existing", action="store_true",
+                   help="reuse the key at --out if it exists (rerun-safe set-up)")
     p.set_defaults(run=_keygen)
+    p = sub.add_parser("certify", help="build the members file from the study spec and the "
+                       "hospitals' identity files, sign it and print the certificate")
+    p.add_argument("--key", required=True, metavar="FILE", help="consortium private key PEM")
+    p.add_argument("--study", required=True, metavar="SPEC",
+                   help="the study spec (StudyCreate JSON) whose aggregation is certified")
+    p.add_argument("--identity", action="append", required=True, metavar="FILE",
+                   help="a member's identity file (repeat for each member)")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for the identity files to appear (0)")
+    p.add_argument("--valid-days", type=int, default=30, metavar="N",
+                   help="days until the certificate expires (30)")
+    p.add_argument("--version", type=int, default=1, help="certificate version (1)")
+    p.add_argument("--out", metavar="FILE", help="also write the certificate to FILE")
+    p.set_defaults(run=_certify)
     p = sub.add_parser("sign", help="sign a members file (study_id, version, expires_at, "
                        "cohort_size, max_dropouts, max_colluders, members: name -> identity "
                        "key) into a membership certificate (JSON on stdout)")
@@ -165,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from common.pipes import quiet_broken_pipe
+
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = args.run(args)

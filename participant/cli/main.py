@@ -19,7 +19,10 @@ Exit codes:
        round: the round was abandoned, or its revealed sum was rejected by the coordinator's
        check (reason printed; the release stays charged, run `round` again for the next)
     8  stream stopped: the next schedule window's charge would pass a cap (local or the
-       coordinator's); nothing of that window was decided or noised, and the position is kept
+       coordinator's); nothing of that window was decided or noised, and the position is kept.
+       A window costs epsilon and delta: raise both caps on both ledgers
+       (`fedod-coordinator participant raise-cap NAME --epsilon-cap E --delta-cap D`; locally
+       `fedod-participant enrol ... --epsilon-cap E --delta-cap D`), then stream again
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ def exit_code(exc: BaseException) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (0 when a reader such as ``head`` closed stdout)."""
+    from common.pipes import quiet_broken_pipe
+
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser(__doc__ or "")
     args = parser.parse_args(argv)
     if args.command is None:
@@ -86,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; a stored release will be re-sent on the next run", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # the reader closed stdout: quiet_broken_pipe ends the command
     except (FedodError, NotEnrolled, ValueError, OSError) as exc:
         code = exit_code(exc)
         if args.json:

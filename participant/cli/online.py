@@ -39,6 +39,7 @@ def cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
         if config.online is None:
             raise ValueError(f"study {args.study} has no online section: it does not stream")
         policy.check_ceiling(config.online.epoch_cost(), enrolment.ceiling)
+        policy.check_column_roles(config, args.id_column, tuple(args.ignore_column))
         store = StreamStore(agent.state.study_dir(args.study) / "stream.sqlite3",
                             config.online.dim)
         clock = _Clock(config.online, args.clock, store.window()[0])
@@ -86,8 +87,10 @@ def _run(streamer: Streamer, store: StreamStore, config: Any, clock: _Clock,
     columns = [f.name for f in config.features]
     labels = LabelsFile(args.labels, store) if args.labels else None
     interactive = bool(args.watch) and sys.stdin.isatty() and sys.stdout.isatty()
-    records = (watch(args.watch, columns, args.id_column, once=args.once) if args.watch
-               else read_lines(sys.stdin, RecordParser(columns, args.id_column)))
+    ignore = tuple(args.ignore_column)
+    records = (watch(args.watch, columns, args.id_column, once=args.once, ignore=ignore)
+               if args.watch else read_lines(sys.stdin, RecordParser(columns, args.id_column,
+                                                                     ignore=ignore)))
     events = records if clock.mode == "ticks" else until_deadlines(records, clock.seconds_left)
     out = ScoreWriter(args.out, ["online", *streamer.detectors])
     out.catch_up(store)

@@ -63,6 +63,11 @@ def release_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--approve-schema", action="store_true",
                    help="approve the columns the current config releases, if they changed "
                         "since the last approval (otherwise such a config is refused)")
+    p.add_argument("--drop-malformed-rows", action="store_true",
+                   help="release a file with malformed rows, dropping each one as an absent "
+                        "record (default: the whole-file check before any request refuses "
+                        "it, naming every bad column and its first bad rows; nothing is "
+                        "sent or charged)")
 
 
 def global_options(defaults: bool) -> argparse.ArgumentParser:
@@ -169,6 +174,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--fingerprint-file", metavar="FILE", help="file holding the fingerprint")
     p.add_argument("--consortium-key", metavar="KEY",
                    help="consortium public key to pin (first run only; secure studies)")
+    p.add_argument("--identity-out", metavar="FILE",
+                   help="secure studies: write this participant's identity public key to FILE "
+                        "(as 'identity --json' prints it) for the data-protection officer")
     p.add_argument("--token-file", metavar="FILE", help="credential file (first run only)")
     p.add_argument("--epsilon-cap", metavar="EPS", help="local epsilon cap (first run only)")
     p.add_argument("--delta-cap", default="0", metavar="DELTA", help="local delta cap (0)")
@@ -182,7 +190,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                      "coordinator learns only the cohort's sum")
     data_args(p)
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
-                   help="give up if no round is open within S seconds (600)")
+                   help="give up if no round is open within S seconds, or when the "
+                        "coordinator has not answered a request for S seconds (600)")
     p.add_argument("--stop-after", choices=("keys", "masked"), default=None,
                    help="drill: leave right after that message was accepted, as a "
                         "participant lost at that point would")
@@ -204,6 +213,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                         "(1 = outlier, 0 = inlier)")
     p.add_argument("--id-column", default="id", metavar="NAME",
                    help="record id field (default: id; missing: the record's position)")
+    p.add_argument("--ignore-column", metavar="NAME", action="append", default=[],
+                   help="field to skip, e.g. an evaluation label (repeatable); any other "
+                        "field that is not a feature or the id stops the stream (exit 3)")
     p.add_argument("--clock", choices=("wall", "ticks"), default="wall",
                    help="schedule clock: 'wall' (default) follows the config's calendar "
                         "windows; 'ticks' reads {\"tick\": N} lines in the input as "
@@ -223,7 +235,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                         f"{SETTINGS.send_slot:g})")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
                    help="give up after S seconds without a round to send or a released "
-                        "model (600); rerunning resumes")
+                        "model, or without an answer from the coordinator (600); rerunning "
+                        "resumes")
     p.add_argument("--stop-after", choices=("drawn",), default=None,
                    help="drill: leave right after a round's noisy vector was stored, before "
                         "sending it (the next run re-sends the same bytes)")

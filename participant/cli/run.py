@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from decimal import Decimal
 
+from common.budget import plain_decimal
 from participant.agent import Agent, DataOptions
 from participant.cli.consortium import pin_consortium_key
 from participant.cli.output import count, options, out
@@ -32,7 +34,7 @@ def cmd_run(agent: Agent, args: argparse.Namespace) -> None:
     out(args, doc, f"{what} for {args.study}; model has "
                     f"{count(int(str(doc['contributors'])), 'contributor')}; scored {doc['rows']} "
                     f"records -> {doc['output']}; flagged {doc['flagged']}; local epsilon "
-                    f"spent {doc['epsilon_spent']}")
+                    f"spent {plain_decimal(Decimal(str(doc['epsilon_spent'])))}")
 
 
 def released_under(agent: Agent, study: str, version: int) -> bool:
@@ -64,13 +66,35 @@ def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float)
             time.sleep(POLL_SECONDS)
 
 
+def write_identity(agent: Agent, path: str) -> None:
+    """Write ``{"participant", "identity_key"}`` (what ``identity --json`` prints) to ``path``,
+    atomically: the file the data-protection officer certifies (``fedod-consortium certify``)."""
+    import json
+    import os
+
+    from common.secagg.keys import raw_public
+    from common.secagg.messages import b64e
+    from participant.secagg.files import identity_key
+
+    with agent.client() as client:
+        name = client.me()["participant"]
+    doc = {"participant": name, "identity_key": b64e(raw_public(identity_key(agent)))}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(doc) + "\n")
+    os.replace(tmp, path)
+
+
 def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
-                      released: bool, wait: float, send_slot: float) -> bool:
+                      released: bool, wait: float, send_slot: float,
+                      identity_out: str | None = None) -> bool:
     """Join the open round, or resume the one already joined; False if nothing was left."""
     from participant.secagg.files import ensure_identity, rounds_taken
     from participant.secagg.round import current_round, run_secure_round
 
     ensure_identity(agent)  # before the admin opens a round, or this one is left out
+    if identity_out:
+        write_identity(agent, identity_out)
     if released:
         state = current_round(agent, study)
         if (state is None or state.round not in rounds_taken(agent, study)
@@ -100,10 +124,11 @@ def run_unattended(agent: Agent, args: argparse.Namespace,
             pin_consortium_key(agent, args.consortium_key)
     config, _ = agent.fetch_config(args.study)
     released = released_under(agent, args.study, config.version)
-    release = {"send_slot": args.send_slot, "approve_schema": args.approve_schema}
+    release = {"send_slot": args.send_slot, "approve_schema": args.approve_schema,
+               "drop_malformed": args.drop_malformed_rows}
     if config.aggregation_mode == "secure":
         released_now = take_secure_round(agent, args.study, args.data, options, released,
-                                         args.wait, args.send_slot)
+                                         args.wait, args.send_slot, args.identity_out)
         released = not released_now
     elif not released:
         agent.contribute(args.study, args.data, options, **release)

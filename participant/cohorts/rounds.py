@@ -177,13 +177,15 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
     long reading the data took (``participant.release.policy.send_schedule``); a re-send goes
     at once.
 
+    Each request keeps retrying a busy coordinator for up to ``wait`` seconds.
+
     ``stop_after="drawn"`` leaves right after a round's noisy vector was stored, before it
     is sent (a drill: the next run re-sends those bytes).
     """
     policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
     options.engine_kw()  # an unknown engine is a usage error before anything is fetched
     enrolment = agent.state.load_enrolment()
-    with agent.state.lock(), agent.client() as client:
+    with agent.state.lock(), agent.client(patience=wait) as client:
         config, _ = agent.fetch_config(study, client)
         protocol = _setup(config)
         name = client.participant_name()

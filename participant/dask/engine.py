@@ -76,8 +76,13 @@ def local_cluster(**kw: Any) -> LocalCluster:
 
 
 @contextmanager
-def dask_client(scheduler: str | None = None, **cluster: Any) -> Iterator[Client]:
-    """A client of the cluster at ``scheduler``, or of a new :func:`local_cluster`."""
+def dask_client(scheduler: str | None = None, client: Client | None = None,
+                **cluster: Any) -> Iterator[Client]:
+    """A client of the cluster at ``scheduler``, or of a new :func:`local_cluster`; ``client``
+    (one already connected, e.g. started before a release's send slot began) is used as is."""
+    if client is not None:
+        yield client
+        return
     if scheduler is not None:
         try:
             connected = Client(scheduler)
@@ -147,11 +152,13 @@ def tree_sum(client: Client, futures: Sequence[Future[Any]],
 
 def exact_histograms(
     source: Source, family: LSHFamily, grid: GridSpec | None, *, dense_grid: bool,
-    scheduler: str | None = None,
+    scheduler: str | None = None, client: Client | None = None,
 ) -> ExactCounts:
-    """Exact histograms of every partition, summed in the cluster; sets ``source.report``."""
+    """Exact histograms of every partition, summed in the cluster; sets ``source.report``.
+    A release passes the ``client`` it connected before its send slot began, so that a
+    LocalCluster's start-up does not count against the slot."""
     files = source_files(source)
-    with dask_client(scheduler) as client:
+    with dask_client(scheduler, client) as client:
         parts = client.map(partition_counts, files, spec=source.spec,
                            chunk_rows=source.chunk_rows, family=family, grid=grid,
                            dense_grid=dense_grid, pure=False)
@@ -171,9 +178,10 @@ def partition_report(file: Path, spec: DataSpec, chunk_rows: int) -> DataReport:
     return source.report
 
 
-def check_dataset(source: Source, *, scheduler: str | None = None) -> Source:
+def check_dataset(source: Source, *, scheduler: str | None = None,
+                  client: Client | None = None) -> Source:
     """Check every partition against the study schema on the cluster; sets ``source.report``."""
-    with dask_client(scheduler) as client:
+    with dask_client(scheduler, client) as client:
         parts = client.map(partition_report, source_files(source), spec=source.spec,
                            chunk_rows=source.chunk_rows, pure=False)
         first_error(parts, f"checking {Path(source.path).name}", source.progress)

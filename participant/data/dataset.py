@@ -48,6 +48,12 @@ def merge_reports(path: str, reports: list[DataReport]) -> DataReport:
             total.clipped[name] = total.clipped.get(name, 0) + n
         for name, n in r.malformed.items():
             total.malformed[name] = total.malformed.get(name, 0) + n
+        for name, problem in r.problems.items():
+            total.problems.setdefault(name, problem)
+            # rows are counted within each file: name the file with them
+            total.first_bad.setdefault(name, []).extend(
+                (f"{Path(r.path).name} row {row}", value) for row, value in r.first_bad[name])
+        total.bad_lines.extend(r.bad_lines)
     return total
 
 

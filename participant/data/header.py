@@ -28,14 +28,19 @@ def data_kind(path: Path) -> str:
                          path=str(path))
 
 
-def column_names(path: Path, kind: str) -> list[str]:
-    """The file's column names: the Parquet schema's, or the CSV header's."""
+def column_names(path: Path, kind: str) -> list[str] | None:
+    """The file's column names: the Parquet schema's, or the CSV header's; ``None`` for a
+    CSV file with nothing in it (0 bytes, or blank lines only): no records, like a file with
+    a header and no rows."""
     if kind == "parquet":
         return list(pq.read_schema(path).names)
     with open(path, "rb") as fh:
         header = fh.readline().decode("utf-8-sig").strip()
-    if not header:
-        raise SchemaMismatch(f"{path}: empty CSV file", path=str(path))
+        if not header:
+            if any(line.strip() for line in fh):
+                raise SchemaMismatch(f"{path}: the first line is blank; a CSV file starts with "
+                                     "its header line", path=str(path))
+            return None
     reader = pacsv.open_csv(
         pa.py_buffer(header.encode() + b"\n"),
     )

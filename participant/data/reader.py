@@ -52,14 +52,11 @@ from numpy.typing import NDArray
 from common.errors import SchemaMismatch
 from participant.data.cells import MAX_SHOWN, column_cells, column_error, joined_error, shown
 from participant.data.header import check_columns, column_names, data_kind
-from participant.data.spec import Chunk, DataReport, DataSpec
+from participant.data.spec import WRONG_FIELDS, Chunk, DataReport, DataSpec
 from participant.progress import Progress
 from participant.release.policy import keep_first_rows
 
 __all__ = ["Chunk", "DataReport", "DataSource", "DataSpec", "WRONG_FIELDS", "load_all"]
-
-WRONG_FIELDS = "(line with the wrong number of fields)"
-"""The :attr:`DataReport.malformed` key of CSV lines a release skipped for their shape."""
 
 
 class DataSource:
@@ -85,7 +82,10 @@ class DataSource:
         if not self.path.is_file():
             raise SchemaMismatch(f"{self.path}: no such data file", path=str(self.path))
         self.kind = data_kind(self.path)
-        check_columns(self.path, spec, column_names(self.path, self.kind))
+        names = column_names(self.path, self.kind)
+        self.empty = names is None  # a CSV with nothing in it: no records, like a header only
+        if names is not None:
+            check_columns(self.path, spec, names)
 
     @property
     def columns(self) -> list[str]:
@@ -96,6 +96,9 @@ class DataSource:
         self._per_id = {}
         self._wrong_fields = 0
         bar = Progress(f"reading {self.path.name}", enabled=self.progress)
+        if self.empty:
+            bar.close()
+            return
         if self.kind == "parquet":
             meta = pq.read_metadata(self.path)
             bar.total = meta.num_rows
@@ -150,6 +153,8 @@ class DataSource:
         """A CSV line with the wrong number of fields: dropped and counted (releases only).
         Called on pyarrow's reader threads: it alone writes ``_wrong_fields``."""
         self._wrong_fields += 1
+        if len(self.report.bad_lines) < MAX_SHOWN:
+            self.report.bad_lines.append(str(getattr(row, "text", ""))[:80])
         return "skip"
 
     def _sync_wrong_fields(self) -> None:
@@ -178,7 +183,7 @@ class DataSource:
                 if self.spec.on_bad_row != "drop":
                     raise column_error(self.path, str(self.spec.id_column), "missing record keys",
                                 np.flatnonzero(no_key) + first, [])
-                self._count(str(self.spec.id_column), no_key)
+                self._count(str(self.spec.id_column), no_key, keys, first, "missing record keys")
                 bad |= no_key
             if bad.any():  # releases only: a malformed row is dropped, like a removed record
                 self.report.malformed_rows += int(bad.sum())
@@ -198,9 +203,19 @@ class DataSource:
                 bar.update(batch.num_rows)
             yield Chunk(X=X, keys=keys, first_row=first)
 
-    def _count(self, column: str, mask: NDArray[np.bool_]) -> None:
-        if n := int(mask.sum()):
-            self.report.malformed[column] = self.report.malformed.get(column, 0) + n
+    def _count(self, column: str, mask: NDArray[np.bool_], arr: pa.Array, first: int,
+               problem: str) -> None:
+        """Count a column's malformed rows; keep its first few (row, value) and the problem
+        for a whole-file check's refusal (local only)."""
+        if not (n := int(mask.sum())):
+            return
+        r = self.report
+        r.malformed[column] = r.malformed.get(column, 0) + n
+        r.problems.setdefault(column, problem)
+        seen = r.first_bad.setdefault(column, [])
+        if len(seen) < MAX_SHOWN:
+            rows = np.flatnonzero(mask)[:MAX_SHOWN - len(seen)]
+            seen.extend(zip((rows + first).tolist(), shown(arr, rows), strict=True))
 
     def _features(self, batch: pa.RecordBatch, first: int
                   ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
@@ -222,7 +237,7 @@ class DataSource:
             if not col_bad.any():
                 continue
             if self.spec.on_bad_row == "drop":
-                self._count(name, col_bad)
+                self._count(name, col_bad, arr, first, cells.problem())
                 bad |= col_bad
                 continue
             rows = np.flatnonzero(col_bad)

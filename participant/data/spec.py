@@ -43,6 +43,10 @@ class DataSpec:
         )
 
 
+WRONG_FIELDS = "(line with the wrong number of fields)"
+"""The :attr:`DataReport.malformed` key of CSV lines a release skipped for their shape."""
+
+
 @dataclass
 class DataReport:
     """Local-only facts about a pass over the file. Never sent to the coordinator."""
@@ -53,6 +57,19 @@ class DataReport:
     dropped: int = 0
     malformed: dict[str, int] = field(default_factory=dict)
     malformed_rows: int = 0
+    problems: dict[str, str] = field(default_factory=dict)
+    """Per malformed column: what is wrong (``non-numeric values``, ...)."""
+    first_bad: dict[str, list[tuple[int | str, object]]] = field(default_factory=dict)
+    """Per malformed column: its first bad rows (row number, or file and row number in a
+    dataset, and the raw value)."""
+    bad_lines: list[str] = field(default_factory=list)
+    """The first CSV lines with the wrong number of fields (their text, cut at 80)."""
+
+    @property
+    def records(self) -> int:
+        """Records kept: rows read minus those with a malformed cell (``rows`` never counts
+        the CSV lines skipped for their shape)."""
+        return self.rows - self.malformed_rows + self.malformed.get(WRONG_FIELDS, 0)
 
     @property
     def clipped_total(self) -> int:

@@ -1,7 +1,7 @@
 """Streaming mode engine: score each arriving record, ask for labels, release on the schedule.
 
-Ghassemi, Sarwate & Wright (AISec 2016) as set out in ``docs/ONLINE.md``: each record is mapped
-into the ball of radius ``M`` with the study's public bounds (:func:`common.online.params.to_ball`),
+As set out in ``docs/ONLINE.md`` (DP-FTRL by default, FLMB as the baseline): each record is
+mapped into the ball of ``M`` with the study's public bounds (:func:`common.online.params.to_ball`),
 scored (margin against the current global weights, plus the LSH/grid models when the study
 has them), and a private query rule decides whether the reviewer labels it.
 
@@ -10,8 +10,9 @@ slots. A window's charge is reserved in the participant ledger (both caps checke
 its first query decision; a cap that refuses it stops the stream (:class:`StreamCapReached`)
 before any decision or noise of that window. When the window ends (the injectable clock says
 so), its unused slots are padded with empty records and exactly one release is made: the
-window's queried slots as one batch (:func:`common.online.schedule.window_batch`), noised once
-(OpenDP Gaussian), stored, then sent; retries re-send the same bytes. Records beyond the
+window's queried slots as one batch (:func:`common.online.schedule.window_batch`): DP-FTRL adds
+it as a leaf of this member's tree and releases the prefix increment (tree kept in the store),
+FLMB noises it once; stored, then sent; retries re-send the same bytes. Records beyond the
 window's slots are scored with the current models and never learnt from. A window in which
 no record arrived is charged and released like any other: skipping it would reveal it.
 
@@ -19,20 +20,15 @@ Centring (the config's ``centre_window``, docs/ONLINE.md): in that window no rec
 and no label asked; its single release is the noisy sum of its used slots' records (unused
 slots are empty records) through the same path (charge before the window, noise drawn once at
 its end, stored, re-sent byte for byte). Once the coordinator serves a centre, every record is
-centred on it before scoring, querying and its gradient
-(:func:`common.online.learner.centred_rows`); before that records are used uncentred.
+centred on it before scoring, querying and its gradient (``OnlineParams.rows``); before that
+records are used uncentred.
 Windows before the centring window are outside the schedule: records are scored only, nothing
 is charged or released.
 
-**A centre that is already fixed**: before it reserves the centring window
-the stream fetches the served model; if the coordinator has taken a step (the centre is fixed,
-for instance because this participant joined late), the window is *skipped*: nothing is
-charged, no record of it is kept or queried (they are scored only) and nothing is released.
-That depends on the coordinator's state only, never on the data. A centring release that
-still reaches a coordinator after its first step (a restart long after the window) is charged
-there as here and not added to the centre (``coordinator.services.online``); an older
-coordinator refused it (409, "the centre is fixed") without charging: such a release is
-marked refused and not re-sent, its window stays charged here.
+**A centre that is already fixed** (the coordinator has stepped) when the centring window
+opens: the window is skipped (nothing charged, kept, queried or released; a decision on the
+coordinator's state only). A late centring release is charged there as here and not added;
+an older coordinator's 409 ("the centre is fixed") marks it refused, never re-sent.
 """
 
 from __future__ import annotations
@@ -49,12 +45,13 @@ from numpy.typing import NDArray
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError
-from common.online.learner import centred_rows
+from common.online.factor import prefix_sums
 from common.online.params import OnlineParams, to_ball
 from common.online.query import bernoulli
 from common.online.schedule import centre_batch, window_batch
 from common.online.wire import CENTRE_FIXED, OnlineGradientCreate, decode_vector, encode_vector
 from participant.client import CoordinatorClient, CoordinatorRefused
+from participant.online.notes import OPEN, cap_fix, window_key
 from participant.online.store import StreamStore
 from participant.release.flow import Charge
 from participant.release.ledger import Ledger
@@ -104,6 +101,7 @@ class Streamer:
         self.ledger, self.client, self.cap, self.detectors = ledger, client, cap, detectors
         self.now, self.refetch = now, refetch
         self.rule, self.noise = self.params.rule(), self.params.noise()
+        self.centre_noise = self.params.centre_noise()
         self.cost = self.params.epoch_cost()  # each window's charge and its release's claim
         self.lo, self.hi = np.asarray(config.lo), np.asarray(config.hi)
         self.stream_id = store.stream_id()
@@ -111,6 +109,8 @@ class Streamer:
     def resume(self) -> None:
         """After a restart: send stored releases, use kept labels of awaiting records, pick up
         the newest weights, then close every window that ended meanwhile."""
+        if self.params.algorithm == "ftrl":
+            self._prefix()  # a stored state of another mechanism stops it before anything
         self.send_stored()
         for record_id, label in self.store.parked_for_awaiting():
             self.label(record_id, label)
@@ -127,7 +127,7 @@ class Streamer:
         row = np.asarray(x, dtype=np.float64)[None, :]
         z = to_ball(row, self.lo, self.hi, self.params.radius_x)
         centre = None if self.params.centre_window is None else self.store.centre()
-        feats = centred_rows(z, centre, self.params.radius_x)[0]
+        feats = self.params.rows(z, centre)[0]
         w, _ = self.store.weights("average" if self.params.average else "weights")
         margin = float(w @ feats)
         scores = {"online": margin}
@@ -171,7 +171,7 @@ class Streamer:
                 return
 
     def _open(self, window: int) -> None:
-        key = f"stream-{self.stream_id}-w{window}"
+        key = window_key(self.stream_id, window)
         charged = self.ledger.entries(study=self.config.study_id)
         if not any(e.idempotency_key == key for e in charged):
             if self.params.is_centre(window) and self.refresh_weights() > 0:
@@ -190,19 +190,23 @@ class Streamer:
         unsent = len(self.store.stored_releases()) + 1  # the coordinator charges on receipt
         there = self.client.budget()
         owed = PrivacyBudget.from_units(*(u * unsent for u in cost.to_units()))
+        where = "the coordinator's"
         try:
             if not owed.fits_within(there.remaining):
                 raise BudgetExceeded(
                     f"the coordinator's ledger has {there.remaining} left of your cap there",
                     spent=there.spent, asked=owed, cap=there.cap)
+            where = "your local"
             charge.reserve(self.ledger)
         except BudgetExceeded as exc:
             raise StreamCapReached(
                 f"privacy cap reached: schedule window {window} of this stream costs {cost} "
-                f"and does not fit ({exc}). The stream stopped before deciding or noising any "
-                "record of it; its position is kept.", spent=_budget(exc.context.get("spent")),
-                asked=cost, cap=_budget(exc.context.get("cap"), self.cap)) from exc
-        self.ledger.mark(key, "kept", detail=f"stream window {window}: charged once for its slots")
+                f"and does not fit {where} cap ({exc}). The stream stopped before deciding or "
+                f"noising any record of it; its position is kept. {cap_fix(cost)}",
+                spent=_budget(exc.context.get("spent")), asked=cost,
+                cap=_budget(exc.context.get("cap"), self.cap)) from exc
+        self.ledger.mark(key, "kept", detail=f"stream window {window}: charged once for its "
+                         f"slots, {OPEN}")
 
     def _close(self, window: int) -> None:
         """The window ended: pad, form its one batch, noise it once, store it, send it."""
@@ -211,22 +215,42 @@ class Streamer:
             return
         _, _, used = self.store.window()
         w, version = self.store.weights()
+        state: dict[str, str] = {}
         if self.params.is_centre(window):
             total, count = centre_batch(self.store.window_records(window), self.params.dim,
                                         self.params.window_slots, self.params.radius_x)
         else:
             total, count = window_batch(w, self.store.window_queried(window),
                                         self.params.window_slots - used, self.rule)
-        cost = self.cost
         self.store.durable()  # the window's decisions are final before noise is drawn
+        if self.params.is_centre(window):
+            noisy = self.centre_noise.release(total)
+        elif self.params.algorithm == "ftrl":  # the window is a leaf of this member's tree
+            tree = self._prefix()
+            noisy = tree.increment(total)
+            state["tree"] = tree.to_json()
+        else:
+            noisy = self.noise.release(total)
         key = secrets.token_urlsafe(24)
         body = OnlineGradientCreate(
             idempotency_key=key, config_version=self.config.version,
             config_digest=self.digest, weights_version=version, window=window, count=count,
-            noisy_sum=encode_vector(self.noise.release(total)), epsilon=cost.epsilon,
-            delta=cost.delta)
-        self.store.close_window(window, key, body.model_dump_json())
+            noisy_sum=encode_vector(noisy), epsilon=self.cost.epsilon, delta=self.cost.delta)
+        self.store.close_window(window, key, body.model_dump_json(), **state)
+        self.ledger.mark(window_key(self.stream_id, window), "kept", detail=f"stream window "
+                         f"{window}: charged once for its slots, closed, its release stored")
         self.send_stored()
+
+    def _prefix(self) -> Any:
+        """This member's prefix sums, restored from the stream file (ConfigError, exit 4, if
+        they were made by another mechanism or size than the config's)."""
+        try:
+            return prefix_sums(self.params.prefix, self.params.dim, self.params.block,
+                               self.noise, self.store.get("tree"))
+        except ValueError as exc:
+            raise ConfigError(f"{exc}. Move this study's stream.sqlite3 aside to start a new "
+                              "stream, or have the study re-signed with the stream's old "
+                              "prefix and sizes (e.g. prefix: tree)") from exc
 
     # --- sending ------------------------------------------------------------------------
     def send_stored(self) -> int:

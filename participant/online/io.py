@@ -22,7 +22,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +30,7 @@ from typing import IO, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from common.errors import SchemaMismatch
 from participant.online.engine import Scored, Streamer
 from participant.online.store import StreamStore
 
@@ -47,16 +48,29 @@ class Tick:
 
 class RecordParser:
     """Turn JSON-lines or CSV text lines into ``(id, features)``; ids default to the
-    record's position in its input (``<prefix>#<n>``)."""
+    record's position in its input (``<prefix>#<n>``). A column that is neither a feature,
+    the id nor in ``ignore`` (``--ignore-column``) stops the stream (exit 3, naming the fix),
+    as the other data commands refuse such a file: a label column read by mistake never
+    enters a record unnoticed."""
 
-    def __init__(self, columns: list[str], id_column: str, prefix: str = "") -> None:
+    def __init__(self, columns: list[str], id_column: str, prefix: str = "",
+                 ignore: tuple[str, ...] = ()) -> None:
         self.columns, self.id_column, self.prefix = columns, id_column, prefix
+        self.allowed = {*columns, id_column, *ignore, "tick"}  # a malformed tick: one bad line
         self.header: list[str] | None = None
         self.n = 0
         self.bad = 0
         self.json = False  # a JSON line was seen: a later non-JSON line is one bad record
 
+    def _check(self, names: Iterable[str], where: str) -> None:
+        if extra := [n for n in names if n not in self.allowed]:
+            raise SchemaMismatch(
+                f"{self.prefix or 'input'} {where}: unexpected column(s) {extra} "
+                "(name a record key with --id-column, or skip a column such as a label with "
+                f"--ignore-column); the study expects {self.columns}", extra=extra)
+
     def _row(self, doc: dict[str, Any]) -> Record | None:
+        self._check(doc, f"record {self.n + 1}")
         self.n += 1
         try:
             x = np.array([float(doc[c]) for c in self.columns], dtype=np.float64)
@@ -99,6 +113,7 @@ class RecordParser:
             self.bad += self.header is not None
             return None
         if self.header is None:
+            self._check(fields, "CSV header")
             self.header = fields
             return None
         return self._row(dict(zip(self.header, fields, strict=False)))
@@ -115,7 +130,7 @@ def read_lines(stream: IO[str], parser: RecordParser) -> Iterator[Record | Tick]
 
 
 def watch(directory: Path, columns: list[str], id_column: str, *, once: bool,
-          poll: float = 0.5) -> Iterator[Record | Tick]:
+          poll: float = 0.5, ignore: tuple[str, ...] = ()) -> Iterator[Record | Tick]:
     """Records of every (non-dot) file in ``directory``, in name order, as files appear."""
     done: set[str] = set()
     while True:
@@ -123,7 +138,7 @@ def watch(directory: Path, columns: list[str], id_column: str, *, once: bool,
                        if p.is_file() and not p.name.startswith(".") and p.name not in done)
         for path in fresh:
             with path.open(errors="replace") as fh:  # invalid UTF-8 spoils its own line only
-                yield from read_lines(fh, RecordParser(columns, id_column, path.name))
+                yield from read_lines(fh, RecordParser(columns, id_column, path.name, ignore))
             done.add(path.name)
         if once:
             return

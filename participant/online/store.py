@@ -216,16 +216,17 @@ class StreamStore:
             self._set(closed=window)
         self.durable()
 
-    def close_window(self, window: int, key: str, body: str) -> None:
+    def close_window(self, window: int, key: str, body: str, **state: str) -> None:
         """Store the window's noisy release and close it, atomically: its unanswered queries
-        are resolved as "no answer" (label 0) and its records are dropped."""
+        are resolved as "no answer" (label 0), its records are dropped and ``state`` (the
+        FTRL tree, its noisy nodes never redrawn) is kept."""
         with self.transaction():
             self._db.execute("INSERT INTO releases VALUES (?,?,?, 'stored')",
                              (key, self.num("releases"), body))
             self._db.execute("UPDATE records SET label=COALESCE(label, 0) WHERE win=? AND "
                              "queried=1", (window,))
             self._db.execute("UPDATE records SET x=NULL WHERE win=?", (window,))
-            self._set(closed=window, releases=self.num("releases") + 1)
+            self._set(closed=window, releases=self.num("releases") + 1, **state)
         self.durable()
 
     def replace_release(self, key: str, body: str) -> None:

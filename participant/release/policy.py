@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +37,9 @@ from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, SchemaMismatch
 from common.release_bounds import MAX_ROWS_PER_ID
 from participant.client import CoordinatorClient
+
+if TYPE_CHECKING:
+    from participant.options import DataOptions
 
 DEFAULT_SEND_SLOT = 30.0
 """Seconds from config fetch to POST; covers ~1M rows with a sparse grid (measured: 10.4 s)."""
@@ -176,3 +179,13 @@ def check_release_options(
             "thresholded release is calibrated for one row per person; use --rows-per-id 1 "
             "or ask the coordinator for a dense grid"
         )
+
+
+def check_release_request(config: StudyConfig, cost: PrivacyBudget, ceiling: PrivacyBudget,
+                          options: DataOptions) -> None:
+    """The checks of a release of ``cost`` under ``config`` that read no record and ask
+    nobody: the release options, the per-release ceiling, the column roles."""
+    check_release_options(config, on_out_of_bounds=options.on_out_of_bounds,
+                          id_column=options.id_column, rows_per_id=options.rows_per_id)
+    check_ceiling(cost, ceiling)
+    check_column_roles(config, options.id_column, options.ignore)

@@ -45,5 +45,5 @@ def check_certified_roster(
     assert st.roster is not None
     certified = certified_members(st.membership, consortium_key, ref.study_id, config,
                                   datetime.now(UTC))
-    return proto.check_roster(st.roster, my_advert=advert, ref=ref, certified=certified,
-                              **fixed)
+    return proto.check_roster(st.roster, my_advert=advert, ref=ref,
+                              identities=certified.members, adverts=st.adverts, **fixed)

@@ -41,6 +41,25 @@ class RoundFiles:
         path = self.root / "unmasked"
         return int(path.read_text()) if path.exists() else None
 
+    def masked_attempt(self) -> int | None:
+        """The last attempt of the round this participant masked (its stored frames)."""
+        done = [int(p.name.split("-")[1].split(".")[0]) for p in self.root.glob("attempt-*.masked")]
+        return max(done) if done else None
+
+    def masked_roster(self, attempt: int) -> str | None:
+        """The digest of the roster this participant masked under in ``attempt``."""
+        path = self.root / f"attempt-{attempt}.roster"
+        return path.read_text() if path.exists() else None
+
+    def masked_frame(self, attempt: int, roster_digest: str, make: Callable[[], bytes]
+                     ) -> bytes:
+        """The attempt's stored masked frame, made first if absent, with the digest of the
+        roster it was made under stored (fsync) before the frame."""
+        def made() -> bytes:
+            write_private(self.root / f"attempt-{attempt}.roster", roster_digest.encode())
+            return make()
+        return self.frame(f"attempt-{attempt}.masked", made)
+
     def record_unmasked(self, attempt: int) -> None:
         write_private(self.root / "unmasked", str(attempt).encode())
 

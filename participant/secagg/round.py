@@ -18,8 +18,7 @@ Order of operations (each step durable before the next)::
     attempt recorded (rounds/<n>/unmasked) before the answer leaves ─► only if members were lost
     after masking: the shares held of their seeds, for that same attempt only
 
-Advert, masked and unmask travel as binary frames (common.secagg.wire,
-application/octet-stream); the rare shares answer as signed JSON.
+Every message travels as a binary frame (common.secagg.wire, application/octet-stream).
 
 A restarted attempt (someone was lost before masking) reuses the stored noisy vector under
 fresh masks.
@@ -28,6 +27,7 @@ fresh masks.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -36,8 +36,10 @@ from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
 from common.secagg.membership import SignedMembership
 from common.secagg.messages import RoundRef, SignedMessage
+from common.secagg.pacing import Pacing
 from common.secagg.schemas import RoundState
 from common.secagg.vector import NoiseShare
+from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM
 from participant.agent import Agent
 from participant.client import CoordinatorClient
@@ -46,6 +48,7 @@ from participant.release import policy
 from participant.secagg.checks import certified_members, check_certified_roster
 from participant.secagg.files import RoundFiles, register_identity
 from participant.secagg.vector import default_noise_share, noisy_vector, raise_if_substituted
+from participant.state import write_private
 
 Stop = Literal["keys", "masked"] | None
 
@@ -59,30 +62,75 @@ class RoundRejected(Conflict):
     release stays charged: the noise was drawn and the masked vector sent)."""
 
 
+def no_open_round(study: str, open_rounds: str, wait: float) -> str:
+    """The timeout message: who opens rounds of this study, and how."""
+    who = (f"the coordinator opens round 1 itself once every member certified by the uploaded "
+           f"membership certificate has registered its identity key (open_rounds=when_ready); "
+           f"later rounds, and round 1 if a member is missing, the administrator opens "
+           f"('fedod-coordinator rounds open {study}'; 'rounds show {study}' says who is "
+           f"missing)" if open_rounds == "when_ready" else
+           f"the coordinator's administrator opens rounds ('fedod-coordinator rounds open "
+           f"{study}', after uploading the membership certificate with 'rounds membership'), "
+           f"or a config with aggregation.open_rounds=\"when_ready\" opens round 1 by itself")
+    return (f"no open round of {study!r} within {wait:g} s: {who}. Nothing was read or "
+            f"charged; run the command again (or raise --wait)")
+
+
 def current_round(agent: Agent, study: str) -> RoundState | None:
     with agent.client() as client:
         return _state(client, study)
 
 
-def _state(
-    client: CoordinatorClient,
-    study: str,
-    rosters: dict[str, tuple[SignedMessage, SignedMembership | None]] | None = None,
-) -> RoundState | None:
-    """The current attempt. With ``rosters`` (digest -> roster and membership certificate
-    already read), the coordinator leaves out the last one read and both are filled in here."""
-    text = client.get_round(study, next(reversed(rosters)) if rosters else None)
+@dataclass
+class Held:
+    """What a member already read: rosters (digest -> roster and its neighbours' adverts)
+    and the membership certificate (kept in the study's state directory across rounds; it is
+    verified under the pinned consortium key every time it is used)."""
+
+    path: Path
+    rosters: dict[str, tuple[SignedMessage, str]] = field(default_factory=dict)
+
+    def membership(self) -> SignedMembership | None:
+        if not self.path.exists():
+            return None
+        return SignedMembership.model_validate_json(self.path.read_bytes())
+
+
+def _state(client: CoordinatorClient, study: str, held: Held | None = None,
+           **config: Any) -> RoundState | None:
+    """The current attempt, with what the coordinator left out of the compact view put back
+    (common.secagg.view; ``config``: config digest, word size, degree and threshold of the
+    verified config). With ``held``, the
+    coordinator also leaves out the last roster read and the certificate held, and they are
+    filled in here."""
+    certificate = held.membership() if held else None
+    known = next(reversed(held.rosters)) if held and held.rosters else None
+    text = client.get_round(study, known, certificate.digest() if certificate else None)
     if text is None:
         return None
     st = RoundState.model_validate_json(text)
-    if rosters is None:
-        return st
+    if held is None:  # a status read: nothing is verified
+        return st.model_copy(update={"study_id": study})
+    st = complete_state(st, study=study, known_roster=known, **config)
+    if st.membership is not None:
+        write_private(held.path, st.membership.model_dump_json().encode())
+    elif st.roster_digest is not None and certificate is not None:
+        st = st.model_copy(update={"membership": certificate})
     if st.roster is not None:
-        rosters[st.roster.digest()] = (st.roster, st.membership)
-    elif st.roster_digest in rosters:
-        roster, membership = rosters[st.roster_digest]
-        st = st.model_copy(update={"roster": roster, "membership": membership})
+        held.rosters[st.roster.digest()] = (st.roster, st.adverts)
+    elif st.roster_digest in held.rosters:
+        roster, adverts = held.rosters[st.roster_digest]
+        st = st.model_copy(update={"roster": roster, "adverts": adverts})
     return st
+
+
+def _seen(st: RoundState | None) -> object:
+    """What a waiting member compares between reads (not the counts of others' messages,
+    which change all through a phase)."""
+    if st is None:
+        return None
+    return (st.round, st.attempt, st.status, tuple(st.done), st.roster_digest,
+            st.request is not None, st.acks != "", tuple(st.inbox))
 
 
 def _post(
@@ -109,7 +157,14 @@ def run_secure_round(
     """Take part in the study's open round until its sum is revealed (or it is abandoned).
 
     The masked frame leaves ``send_slot`` seconds after the roster was read (the next multiple
-    when reading the data took longer), on the agent's injectable clock.
+    when reading the data took longer), on the agent's injectable clock. While it waits, the
+    member re-reads the state after a pause that starts at ``max(poll, n / 1000)`` seconds
+    whenever what it sees changes and doubles while it does not, up to ``max(poll, n / 25)``
+    (common.secagg.pacing): a cohort of a thousand asks about 1,000 times a second right after
+    a change and about 25 times a second while it waits, not 10,000.
+
+    Each request to the coordinator keeps retrying (the same bytes) for up to ``wait``
+    seconds: a coordinator busy with the whole cohort is waited out, not left.
 
     ``stop_after`` ("keys" | "masked") leaves right after that message was accepted: a drill
     for a participant lost at that point of the protocol.
@@ -119,11 +174,12 @@ def run_secure_round(
         raise ConfigError("--rows-per-id is not supported in a secure round: the noise share "
                           "is sized for one row per person. Deduplicate the file to one row "
                           "per person, or use a study with independent noise")
-    with agent.state.lock(), agent.client() as client:
+    with agent.state.lock(), agent.client(patience=wait) as client:
         config, signed = agent.fetch_config(study, client)
         params = config.aggregation
         if params is None or params.mode != "secure":
             raise ConfigError(f"study {study!r} uses independent noise: use 'contribute'")
+        pacing = Pacing.for_cohort(params.cohort_size or 0, poll)
         me = agent.state.load_enrolment()
         if me.consortium_key is None:
             certified_members(None, None, study, config, datetime.now(UTC))
@@ -139,15 +195,16 @@ def run_secure_round(
         rounds_dir = agent.state.study_dir(study) / "rounds"
         give_up = agent.clock() + wait
         number: int | None = None
-        rosters: dict[str, tuple[SignedMessage, SignedMembership | None]] = {}
+        held = Held(agent.state.study_dir(study) / "membership.json")
         while True:
-            st = _state(client, study, rosters)
+            st = _state(client, study, held, config_digest=signed.digest(), modulus_bits=k,
+                        degree=params.degree, threshold=params.threshold)
             took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
             if st is None or (number is None and not took_part
                               and st.status not in ("keys", "masking", "unmask")):
                 if agent.clock() > give_up:
-                    raise TimeoutError(f"no open round of {study!r} within {wait} s")
-                agent.sleep(poll)
+                    raise TimeoutError(no_open_round(study, params.open_rounds, wait))
+                agent.sleep(pacing.next(_seen(st)))
                 continue
             number = number or st.round
             if st.round != number:
@@ -190,7 +247,7 @@ def run_secure_round(
                     proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
                     noisy=noisy, unmasked_attempt=files.unmasked(),
                 )
-                masked = files.frame(f"attempt-{st.attempt}.masked", make)
+                masked = files.masked_frame(st.attempt, roster.digest, make)
                 send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
                 if (pause := send_at - agent.clock()) > 0:
                     agent.sleep(pause)
@@ -206,19 +263,24 @@ def run_secure_round(
                     me=name,
                     identity=identity,
                     secrets=secrets,
+                    acks=st.acks,
                     coordinator_key=coordinator,
                     params=params,
                     unmasked_attempt=files.unmasked(),
+                    masked_attempt=files.masked_attempt(),
                     record=files.record_unmasked,
+                    masked_roster=files.masked_roster(st.attempt),
                 )
                 _post(client, study, number, "unmask", answer)
-            elif st.status == "recover" and "unmask" in st.done and "shares" not in st.done:
+            elif (st.status == "recover" and "unmask" in st.done and "shares" not in st.done
+                  and st.inbox):  # only a neighbour of a lost member holds shares to send
                 assert st.request is not None
                 shares = proto.answer_recover(
                     st.request, check(st, advert, ref), me=name, identity=identity,
                     secrets=secrets, inbox=st.inbox, coordinator_key=coordinator,
-                    unmasked_attempt=files.unmasked(),
+                    unmasked_attempt=files.unmasked(), masked_attempt=files.masked_attempt(),
+                    masked_roster=files.masked_roster(st.attempt),
                 )
                 _post(client, study, number, "shares", shares)
             else:
-                agent.sleep(poll)
+                agent.sleep(pacing.next(_seen(st)))

@@ -67,8 +67,8 @@ def grid(X: np.ndarray, weighted: bool, private: bool, projection: int | None) -
     lo, hi = X.min(axis=0), np.where(X.max(axis=0) > X.min(axis=0), X.max(axis=0),
                                      X.min(axis=0) + 1)
     bins = 4 if projection is None else 8
-    det = GridKNN(bins=bins, weighted=weighted, lo=lo, hi=hi, projection=projection, seed=SEED,
-                  epsilon=EPSILON if private else None, delta=DELTA)
+    det = GridKNN(bins=bins, k=10, weighted=weighted, lo=lo, hi=hi, projection=projection,
+                  seed=SEED, epsilon=EPSILON if private else None, delta=DELTA)
     return det.fit(X).decision_function(X)
 
 

@@ -22,13 +22,15 @@ network: the coordinator's view is modelled exactly.
 Each participant scores its own records with the merged model (scoring ``mass``); AUC is the
 mean over participants (with both classes) and seeds. The public bounds are the dataset's
 min/max (standing in for the ranges a study declares). ``m`` and ``s`` "chosen" are
-``common.noise.planning.choose_tables`` from public inputs only (epsilon, mode, p and the
+:func:`chosen`, the rule this benchmark measured (since superseded for studies by
+``common.detectors.rules.study_lsh``), from public inputs only (epsilon, mode, p and the
 declared expected records per participant, here ``n / p`` rounded).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -44,7 +46,7 @@ from common.detectors.lsh_itables import cell_scores  # noqa: E402
 from common.hashing import derive_lsh_family  # noqa: E402
 from common.noise import sample_noise_share  # noqa: E402
 from common.noise.laplace import add_discrete_laplace  # noqa: E402
-from common.noise.planning import choose_tables, score_snr  # noqa: E402
+from common.noise.planning import MAX_TABLES, MIN_TABLES, SIZES, score_snr  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 DATASETS = ["breastw", "cardio", "thyroid", "pendigits", "shuttle", "satimage-2"]
@@ -97,9 +99,21 @@ class Split:
         return 100 * float(np.mean(aucs))
 
 
+TARGET_SNR, GOOD_TABLES = 3.0, 40
+
+
 def chosen(mode: str, epsilon: str, p: int, n: int) -> tuple[int, int]:
-    plan = choose_tables(Decimal(epsilon), mode, p, expected_records=round(n / p))
-    return plan.n_tables, plan.sample_size
+    """The measured rule: keep ``Z >= 3`` (``common.noise.planning.score_snr``) with the
+    largest size in (16, 8, 4) that allows at least 40 tables, ``m = min(100, floor((Z(m=1) /
+    3)^2))``; if even size 4 cannot, size 4 and ``m`` down to 10."""
+    records = round(n / p)
+
+    def tables_for(size: int) -> int:
+        z1 = score_snr(Decimal(epsilon), mode, p, records, 1, size)  # type: ignore[arg-type]
+        return min(MAX_TABLES, math.floor((z1 / TARGET_SNR) ** 2))
+
+    fits = [(m, size) for size in SIZES if (m := tables_for(size)) >= GOOD_TABLES]
+    return fits[0] if fits else (max(MIN_TABLES, tables_for(SIZES[-1])), SIZES[-1])
 
 
 SWEEP = [("1", 10, "independent"), ("0.1", 10, "independent"), ("0.1", 10, "secure"),

@@ -45,7 +45,7 @@ def _login(browser, server):
     browser.get(server.url + "/admin/login")
     browser.find_element(By.ID, "token").send_keys(server.admin_token)
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "eps-total")))
+    WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "eps-max")))
 
 
 def _points(browser, section_id):
@@ -81,7 +81,9 @@ def test_pages_tell_the_ledger_story(browser, artifacts, coordinator_server, tmp
         assert points.get(name, []) == _running(eps), name
     by_study = _points(browser, "chart-studies")
     assert by_study["breastw"][-1] == Decimal("0.5")
-    assert by_study["cardio"][-1] == Decimal("0.5") * 8
+    # per study: the highest one participant has spent there (st-mary's 5 x 0.5), not the
+    # sum of the 8 releases of three participants
+    assert by_study["cardio"][-1] == Decimal("2.5")
 
     # st-mary spent 2.5 of 3 (83 %): warned; charite 1.0 of 2 is not
     warning = browser.find_element(By.ID, "near-cap")
@@ -100,12 +102,19 @@ def test_pages_tell_the_ledger_story(browser, artifacts, coordinator_server, tmp
     rows = browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")
     assert len(rows) == len(budgets["charite"]["entries"]) == 3
     assert _points(browser, "chart") == {"breastw": [Decimal("0.25"), Decimal("0.5")],
-                                         "cardio": [Decimal("0.5")]}
+                                         "cardio": [Decimal("0.5")],
+                                         "all studies": _running(
+                                             [Decimal(e["epsilon"]) for e in
+                                              budgets["charite"]["entries"]])}
+    # the cap bounds the total, so only the total's panel draws it
+    caps = browser.find_elements(By.CSS_SELECTOR, "#chart line.cap")
+    assert [c.find_element(By.XPATH, "ancestor::figure").get_attribute("data-series")
+            for c in caps] == ["all studies"]
     assert browser.find_element(By.CSS_SELECTOR, "#chart line.cap").get_attribute(
         "data-cap") == "2"
 
     browser.get(server.url + "/admin/studies/cardio")
-    assert browser.find_element(By.CSS_SELECTOR, '[data-field="contributors"]').text
+    assert browser.find_element(By.ID, "contributors").text.startswith("3 contributing")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")) == 8
     assert len(browser.find_elements(By.CSS_SELECTOR, "#refused tbody tr")) == 1
     browser.get(server.url + "/admin/studies/nope")

@@ -22,6 +22,7 @@ class Member:
     secrets: p.RoundSecrets
     advert: bytes
     unmasked: int | None = None
+    masked: int | None = None
     roster: p.VerifiedRoster | None = None
 
 
@@ -58,11 +59,13 @@ class Cohort:
         names = sorted(self.members) if names is None else names
         self.roster = s.build_roster(
             self.ref,
-            {n: (self.members[n].identity.public_key(), self.members[n].advert) for n in names},
+            {n: self.members[n].advert for n in names},
+            universe=sorted(self.members),
             config_digest=DIGEST,
             modulus_bits=self.k,
             threshold=self.params.threshold,
             key=self.coordinator,
+            degree=self.params.degree,
         )
         return self.roster
 
@@ -77,18 +80,38 @@ class Cohort:
             params=self.params,
             config_digest=DIGEST,
             modulus_bits=self.k,
+            identities=self.identities(),
+            adverts=self.served(name, roster or self.roster),
         )
         return m.roster
+
+    def served(self, name: str, roster: SignedMessage) -> str:
+        """What the coordinator serves ``name`` beside the roster: its neighbours' adverts
+        (nothing for a roster too large for the study: it has no graph, and check_roster
+        refuses its size before it looks for one)."""
+        frames = {n: x.advert for n, x in self.members.items()}
+        try:
+            sroster = s.roster_of(roster, self.coordinator.public_key(), frames,
+                                  self.identities())
+            return s.neighbour_adverts(sroster, name, frames)
+        except (ValueError, KeyError):
+            return ""
+
+    def identities(self) -> dict[str, str]:
+        return {n: b64e(p.raw_public(m.identity)) for n, m in self.members.items()}
 
     def mask(self, name: str, noisy) -> bytes:
         m = self.members[name]
         roster = m.roster or self.check(name)
-        return p.mask_upload(
+        frame = p.mask_upload(
             roster, me=name, identity=m.identity, secrets=m.secrets, noisy=np.asarray(noisy)
         )
+        m.masked = roster.body.attempt
+        return frame
 
     def server_roster(self) -> p.VerifiedRoster:
-        return s.roster_of(self.roster, self.coordinator.public_key())
+        return s.roster_of(self.roster, self.coordinator.public_key(),
+                           {n: m.advert for n, m in self.members.items()}, self.identities())
 
     def accept(self, uploads: dict[str, bytes], n_cells: int):
         """name -> the masked words the coordinator accepted (the frames are kept)."""
@@ -103,10 +126,9 @@ class Cohort:
         }
 
     def request(self, included) -> SignedMessage:
-        return s.build_request(self.server_roster(), list(included), self.coordinator,
-                               {n: f for n, f in self.uploads.items() if n in included})
+        return s.build_request(self.server_roster(), len(included), self.coordinator)
 
-    def answer(self, name: str, request: SignedMessage, accepted=None) -> bytes:
+    def answer(self, name: str, request: SignedMessage, accepted=None, acks=None) -> bytes:
         m = self.members[name]
 
         def record(attempt: int) -> None:
@@ -115,7 +137,10 @@ class Cohort:
         return p.answer_unmask(
             request, m.roster or self.check(name), me=name, identity=m.identity,
             secrets=m.secrets, coordinator_key=self.coordinator.public_key(),
-            params=self.params, unmasked_attempt=m.unmasked, record=record,
+            acks=s.neighbour_acks(self.server_roster(), name, self.uploads)
+            if acks is None else acks,
+            params=self.params, unmasked_attempt=m.unmasked, masked_attempt=m.masked,
+            record=record,
         )
 
     def inbox(self, holder: str) -> dict[str, str]:
@@ -123,7 +148,7 @@ class Cohort:
         roster = self.server_roster()
         return {
             o: b64e(s.sealed_share(f, roster, owner=o, holder=holder, n_cells=self.n_cells))
-            for o, f in self.uploads.items() if o != holder
+            for o, f in self.uploads.items() if o in roster.holders(holder)
         }
 
     def recover(self, name: str, request: SignedMessage, inbox=None) -> SignedMessage:
@@ -132,6 +157,7 @@ class Cohort:
             request, m.roster or self.check(name), me=name, identity=m.identity,
             secrets=m.secrets, inbox=self.inbox(name) if inbox is None else inbox,
             coordinator_key=self.coordinator.public_key(), unmasked_attempt=m.unmasked,
+            masked_attempt=m.masked,
         )
 
     def run(self, vectors: dict[str, np.ndarray], responders=None) -> np.ndarray:
@@ -155,6 +181,6 @@ class Cohort:
                 name: s.accept_shares(self.recover(name, recover), roster, name=name,
                                       identity=self.members[name].identity.public_key(),
                                       missing=missing)
-                for name in names
+                for name in s.helpers(roster, set(names), missing)
             }
         return s.reveal_sum(roster, accepted, seeds, shares)

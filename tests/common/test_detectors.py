@@ -121,11 +121,26 @@ def test_lsh_paper_score() -> None:
     """Paper: score = mean_j log2(max(C_j[g_j(q)], 1)); decision_function is its negation."""
     X = blobs()
     fam = derive_lsh_family(b"s", np.zeros(3), np.ones(3), 10, 32)
-    counts = fam.histogram(X) - 3  # some cells go <= 0, as under noise
+    counts = fam.histogram(X)
     det = LSHiTables.from_histogram(fam, counts, scoring="log")
     idx = fam.flat_index(X)
     expected = np.mean(np.log2(np.maximum(counts[idx], 1)), axis=1)
     np.testing.assert_allclose(det.decision_function(X), -expected)
+
+
+def test_lsh_log_score_of_noisy_counts_uses_the_corrected_counts() -> None:
+    """Noisy tables disagree on the total: each is shifted to the common total and clamped
+    (as for the mass score) before the paper's log."""
+    fam = derive_lsh_family(b"s", np.zeros(3), np.ones(3), 10, 32)
+    counts = fam.histogram(blobs())
+    noisy = counts.copy()
+    noisy[fam.offsets[0]] -= 40  # table 0 now sums to 40 less than the others
+    log, mass = cell_scores(fam, noisy, "log"), cell_scores(fam, noisy, "mass")
+    full = log > 0
+    ratio = 2.0**log[full] / mass[full]  # corrected count / mass = the common total
+    np.testing.assert_allclose(ratio, ratio[0])
+    assert counts.sum() / 10 - 40 < ratio[0] < counts.sum() / 10
+    np.testing.assert_allclose(log, np.log2(np.maximum(mass * ratio[0], 1.0)))
 
 
 def test_mass_scoring_is_a_distribution_per_table() -> None:
@@ -177,8 +192,8 @@ def test_grid_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(release_module, "add_discrete_laplace", spy)
     X = blobs()
-    exact = GridKNN(lo=np.zeros(3), hi=np.ones(3)).fit(X)
-    noisy = GridKNN(lo=np.zeros(3), hi=np.ones(3), epsilon="0.5").fit(X)
+    exact = GridKNN(bins=4, k=10, lo=np.zeros(3), hi=np.ones(3)).fit(X)
+    noisy = GridKNN(bins=4, k=10, lo=np.zeros(3), hi=np.ones(3), epsilon="0.5").fit(X)
     assert calls == [(1, Decimal("0.5"))]
     assert not np.array_equal(noisy.cells_, exact.cells_) or not np.array_equal(
         noisy.cell_counts_, exact.cell_counts_)
@@ -187,7 +202,8 @@ def test_grid_private_noise_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_grid_private_refuses_oversized_dense_grid() -> None:
     with pytest.raises(ValueError, match="cell_limit"):
-        GridKNN(lo=np.zeros(3), hi=np.ones(3), epsilon=1, cell_limit=10).fit(blobs())
+        GridKNN(bins=4, k=10, projection=None, lo=np.zeros(3), hi=np.ones(3), epsilon=1,
+                cell_limit=10).fit(blobs())
 
 
 def brute_force(spec: GridSpec, counts: np.ndarray, point: np.ndarray, k: int, depth: int,
@@ -284,3 +300,19 @@ def test_training_scores_are_computed_on_first_access(make) -> None:
     np.testing.assert_allclose(det.decision_scores_, det.decision_function(X))
     with pytest.raises(NotFittedError):
         make().predict(X)
+
+
+@pytest.mark.parametrize("d", [3, 20])
+def test_subsample_histogram_counts_each_tables_own_rows_in_any_layout(d: int) -> None:
+    """Table j counts exactly the rows rows[j] (checked against the family's hash), whatever
+    the memory layout of X (one flat gather for C order, fancy indexing otherwise)."""
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(500, d))
+    family = derive_lsh_family(b"sub", X.min(axis=0), X.max(axis=0), 12, 64)
+    rows = np.stack([rng.choice(500, 40, replace=False) for _ in range(12)])
+    expected = np.zeros(family.n_cells, dtype=np.int64)
+    for j in range(family.n_tables):
+        np.add.at(expected, family.flat_index(X[rows[j]])[:, j], 1)
+    wide = np.repeat(X, 2, axis=1)[:, ::2]  # a strided view of the same values
+    for layout in (X, np.asfortranarray(X), wide):
+        np.testing.assert_array_equal(_subsample_histogram(family, layout, rows), expected)

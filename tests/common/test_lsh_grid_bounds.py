@@ -161,3 +161,19 @@ def test_table_totals_are_exact_past_int64():
     huge = np.full(config.lsh_cells, 2**62, dtype=np.int64)
     a, b = bounds.tables[0]
     assert _totals(huge, bounds, True)[0] == (b - a) * 2**62  # past int64, not wrapped
+
+
+@pytest.mark.parametrize("eps", ["0.1", "0.3", "0.7", "1", "0.001", "3.3"])
+@pytest.mark.parametrize("sensitivity", [1, 16, 1600])
+def test_bounds_scale_is_at_least_the_calibrated_scale(eps: str, sensitivity: int) -> None:
+    """The tails are sized for a scale no smaller than the one the mechanism draws with
+    (rounded up past the exact quotient and nudged until OpenDP's map fits epsilon)."""
+    from common.noise import laplace
+    from common.release_bounds import _scale
+
+    e = Decimal(eps)
+    _, calibrated = laplace._fit_map(lambda scale: laplace.dpm.make_laplace(
+        laplace.dpd.vector_domain(laplace.dpd.atom_domain(T="i64")),
+        laplace.dpx.l1_distance(T="i64"), scale=scale),
+        laplace._scale(sensitivity, e), sensitivity, e)
+    assert _scale(sensitivity, e) >= calibrated >= sensitivity / float(e)

@@ -14,6 +14,7 @@ from hypothesis.extra.numpy import arrays
 from common.errors import ModelNotFinite, ReleaseOutOfBounds
 from common.online import OnlineParams, centre_from_release, federated_step, project_ball
 from common.online.bounds import check_online_release, online_release_bound
+from common.online.factor import prefix_sums
 from common.online.learner import running_mean, safe_norm
 
 PARAMS = [
@@ -23,16 +24,31 @@ PARAMS = [
 ]
 
 
+def honest_releases(params: OnlineParams, centring: bool, count: int) -> list[np.ndarray]:
+    """30 honest releases at the worst case: every slot's record (or gradient) at its norm
+    bound, all aligned. FTRL: the increments of one member's prefix sums over 30 windows
+    (square root over a block of 8 leaves: three restarts; tree: t = 16 releases five node
+    levels at once)."""
+    direction = np.ones(params.dim) / np.sqrt(params.dim)
+    if centring:
+        exact = params.window_slots * params.radius_x * direction
+        return [params.centre_noise().release(exact) for _ in range(30)]
+    if params.algorithm == "flmb":
+        return [params.noise().release(count * params.radius_x * direction) for _ in range(30)]
+    size = 8 if params.prefix == "sqrt" else params.tree_leaves
+    agg = prefix_sums(params.prefix, params.dim, size, params.noise())
+    return [agg.increment(count * params.clip * direction) for _ in range(30)]
+
+
+@pytest.mark.parametrize(("algorithm", "prefix"),
+                         [("ftrl", "sqrt"), ("ftrl", "tree"), ("flmb", "sqrt")])
 @pytest.mark.parametrize("params", PARAMS, ids=["tiny", "wide", "huge"])
 @pytest.mark.parametrize("centring", [False, True], ids=["gradient", "centring"])
-def test_honest_worst_case_sums_always_pass(params, centring):
-    """Every slot's record (or gradient) at norm M, all aligned: the largest exact sum."""
-    noise = params.noise()
-    direction = np.ones(params.dim) / np.sqrt(params.dim)
+def test_honest_worst_case_sums_always_pass(params, centring, algorithm, prefix):
+    params = params.model_copy(update={"algorithm": algorithm, "prefix": prefix})
     for count in (0, 1, params.window_slots):
-        exact = (params.window_slots if centring else count) * params.radius_x * direction
-        for _ in range(30):
-            check_online_release(params, noise.release(exact), count, centring=centring)
+        for noisy in honest_releases(params, centring, count):
+            check_online_release(params, noisy, count, centring=centring)
 
 
 @pytest.mark.parametrize("params", PARAMS, ids=["tiny", "wide", "huge"])

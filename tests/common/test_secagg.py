@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 from secagg_kit import Cohort
 
-from common.errors import SignatureInvalid
+from common.errors import PayloadInvalid, SignatureInvalid
 from common.secagg import server as s
 from common.secagg.masks import (
     apply_masks,
@@ -147,7 +147,7 @@ def test_a_misrouted_or_altered_share_is_refused_in_the_recover_phase():
     answer = cohort.recover("h00", recover, right)
     body = s.accept_shares(answer, cohort.server_roster(), name="h00", missing=["h01", "h02"],
                            identity=cohort.members["h00"].identity.public_key())
-    assert sorted(body.shares) == ["h01", "h02"]  # only the missing members' shares leave
+    assert sorted(body) == ["h01", "h02"]  # only the missing members' shares leave
 
 
 def test_recover_is_answered_only_for_the_attempt_this_member_unmasked():
@@ -164,7 +164,7 @@ def test_recover_is_answered_only_for_the_attempt_this_member_unmasked():
     with pytest.raises(SignatureInvalid):
         cohort.recover("h00", s.build_recover(roster, ["h03"], Ed25519PrivateKey.generate()))
     answer = cohort.recover("h00", recover)
-    with pytest.raises(RoundRefused, match="one share of each missing member"):
+    with pytest.raises(PayloadInvalid, match="truncated"):  # one share, two lost neighbours
         s.accept_shares(answer, roster, name="h00", missing=["h02", "h03"],
                         identity=cohort.members["h00"].identity.public_key())
     with pytest.raises(SignatureInvalid):
@@ -182,7 +182,7 @@ def test_member_lost_after_masking_is_recovered_from_shares():
 def test_too_few_unmask_answers_abort():
     cohort = Cohort.make(4, max_dropouts=1)
     vectors = {n: np.ones(3, dtype=np.int64) for n in cohort.members}
-    with pytest.raises(RoundRefused, match="threshold is 3"):
+    with pytest.raises(RoundRefused, match="3 needed"):
         cohort.run(vectors, responders=["h00", "h01"])
 
 

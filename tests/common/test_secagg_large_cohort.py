@@ -19,12 +19,12 @@ def test_the_share_bound_is_the_config_bound():
 
 
 def test_a_300_member_round_recovers_the_last_members_seed_from_shares_past_index_255():
-    cohort = Cohort.make(300, max_dropouts=149)  # threshold floor(301 / 2) + 1 = 151
-    assert cohort.params.threshold == 151
+    cohort = Cohort.make(300, max_dropouts=149)  # complete graph, threshold T + D + 1 = 151
+    assert (cohort.params.degree, cohort.params.threshold) == (299, 151)
     cohort.publish()
     roster = cohort.server_roster()
     lost = roster.names[-1]  # Shamir index 300
-    assert roster.position(lost) == 300
+    assert roster.share_index(lost, roster.names[-2]) == 299
     cells = 7
     vector = np.arange(cells, dtype=np.int64) - 3
     words = cohort.accept({lost: cohort.mask(lost, vector)}, cells)
@@ -34,8 +34,8 @@ def test_a_300_member_round_recovers_the_last_members_seed_from_shares_past_inde
     recover = s.build_recover(roster, [lost], cohort.coordinator)
     holders = others[-151:]  # indices 149..299: most past one byte
     for h in holders:
-        cohort.members[h].unmasked = 1  # they answered the unmask request of attempt 1
-    assert min(roster.position(h) for h in holders) == 149
+        cohort.members[h].unmasked = cohort.members[h].masked = 1  # masked and answered attempt 1
+    assert min(roster.share_index(lost, h) for h in holders) == 149
     shares = {
         h: s.accept_shares(cohort.recover(h, recover), roster, name=h,
                            identity=cohort.members[h].identity.public_key(), missing=[lost])

@@ -44,7 +44,7 @@ def test_roster_checks_refuse_forgery_replay_and_padding():
         cohort.check("h00", cohort.publish())
     with pytest.raises(RoundRefused, match="3 to 4"):
         cohort.check("h00", cohort.publish(["h00", "h01"]))
-    with pytest.raises(RoundRefused, match="advert as h00 sent it"):
+    with pytest.raises(RoundRefused, match="does not name h00"):
         cohort.check("h00", cohort.publish(["h01", "h02", "h03"]))
 
 
@@ -131,11 +131,10 @@ def test_unmask_refuses_a_request_from_before_the_roster_it_names():
 
 def test_config_digest_mismatch_is_refused():
     cohort = Cohort.make(3)
-    roster = s.build_roster(cohort.ref,
-                            {n: (m.identity.public_key(), m.advert)
-                             for n, m in cohort.members.items()},
-                            config_digest="cd" * 32, modulus_bits=32, threshold=3,
-                            key=cohort.coordinator)
+    roster = s.build_roster(cohort.ref, {n: m.advert for n, m in cohort.members.items()},
+                            universe=sorted(cohort.members), config_digest="cd" * 32,
+                            modulus_bits=32, threshold=cohort.params.threshold,
+                            degree=cohort.params.degree, key=cohort.coordinator)
     assert DIGEST != "cd" * 32
     with pytest.raises(RoundRefused, match="another study config"):
         cohort.check("h00", roster)

@@ -141,7 +141,7 @@ def test_grid_knn_defaults_work_on_64_features() -> None:
     rng = np.random.default_rng(0)
     X = rng.random((300, 64))
     X[:30] = 0.5 + 0.02 * rng.random((30, 64))  # a tight cluster
-    det = GridKNN().fit(X)
+    det = GridKNN(bins=4, k=10, projection=None).fit(X)
     assert det.spec_.n_cells == 4**64 and det.cells_.shape[1] == 3
     scores = det.decision_function(X)
     assert scores[:30].mean() < scores[30:].mean()
@@ -151,8 +151,10 @@ def test_private_grid_knn_releases_a_large_grid_sparsely() -> None:
     rng = np.random.default_rng(1)
     X = np.vstack([np.full((200, 40), 0.1), rng.random((20, 40))])
     with pytest.raises(ValueError, match="needs delta"):
-        GridKNN(lo=np.zeros(40), hi=np.ones(40), epsilon=1).fit(X)
-    det = GridKNN(lo=np.zeros(40), hi=np.ones(40), epsilon=1, delta="1e-6").fit(X)
+        GridKNN(bins=4, k=10, projection=None, lo=np.zeros(40), hi=np.ones(40),
+                epsilon=1).fit(X)
+    det = GridKNN(bins=4, k=10, projection=None, lo=np.zeros(40), hi=np.ones(40), epsilon=1,
+                  delta="1e-6").fit(X)
     assert det.cells_.shape == (1, 2)  # only the crowded cell passes the threshold
     assert abs(int(det.cell_counts_[0]) - 200) < 40
 
@@ -188,7 +190,7 @@ def test_grid_knn_projection_depends_on_the_seed_only() -> None:
     np.testing.assert_array_equal(one.spec_.projection, derive_projection(SEED, 20, 4))
     other = GridKNN(projection=4, lo=lo, hi=hi, random_state=1).fit(a)
     assert not np.array_equal(other.spec_.projection, one.spec_.projection)
-    assert one.spec_.n_cells == 4**4 and one.decision_function(b).shape == (80,)
+    assert one.spec_.n_cells == one.spec_.bins**4 and one.decision_function(b).shape == (80,)
 
 
 def test_projection_is_signed_and_absent_from_older_payloads() -> None:

@@ -21,7 +21,7 @@ def test_help_lists_every_command():
 def test_admin_workflow(env, capsys, coord_kit):
     spec = env / "study.json"
     spec.write_text(json.dumps(coord_kit.study_spec("s1")))
-    assert main(["study", "create", str(spec)]) == EXIT_OK
+    assert main(["study", "create", str(spec), "--json"]) == EXIT_OK
     created = json.loads(capsys.readouterr().out)
     assert created["study_id"] == "s1" and created["version"] == 1
     assert main(["participant", "add", "h1", "--epsilon-cap", "2"]) == EXIT_OK
@@ -43,7 +43,7 @@ def test_admin_workflow(env, capsys, coord_kit):
 def test_rotate_key_resigns_every_study(env, capsys, coord_kit):
     spec = env / "study.json"
     spec.write_text(json.dumps(coord_kit.study_spec("s1")))
-    main(["study", "create", str(spec)])
+    main(["study", "create", str(spec), "--json"])
     old = SignedConfig(**json.loads(capsys.readouterr().out)["config"])
     main(["key", "show"])
     old_key = capsys.readouterr().out

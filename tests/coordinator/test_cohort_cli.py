@@ -19,10 +19,13 @@ def test_start_show_close_and_refusals(env, capsys, coord_kit):
         main(["member", "add", "c1", name])
     capsys.readouterr()
     assert main(["cohorts", "start", "c1"]) == EXIT_OK
+    text = capsys.readouterr().out  # a short summary, not the centroid JSON
+    assert text.splitlines() == ["cohorts of c1 (kmeans, 2 rounds): running, round 1 open",
+                                 "  round 1: open; sent 0 of 2, waiting for h1, h2"]
+    assert main(["cohorts", "show", "c1", "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["status"] == "running" and doc["history"][0]["expected"] == ["h1", "h2"]
-    assert main(["cohorts", "show", "c1"]) == EXIT_OK
-    assert json.loads(capsys.readouterr().out)["round"] == 1
+    assert doc["round"] == 1
     assert main(["cohorts", "close", "c1", "1"]) == EXIT_REFUSED
     assert "no release yet" in capsys.readouterr().err
     assert main(["cohorts", "close", "c1"]) == EXIT_USAGE

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from coordinator_kit import ADMIN
 
+from common.cohorts.marks import marks_of
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_for
@@ -76,6 +77,8 @@ def test_a_dpm_tree_runs_through_the_same_rounds(client, cohort_study):
             assert r.status_code == 201, r.text
     model = CohortModel.from_json(json.dumps(doc["model"]))
     assert model.k == 2 and sorted(model.masses) == [200.0, 200.0] and all(model.rules)
+    # two blobs of 200 each, centred off their leaf boxes' middles: no cohort is marked
+    assert doc["marks"] == [[], []]
     assert len(doc["history"]) <= proto.rounds
     for h in hospitals:
         me = client.get("/v1/me", headers=h.headers).json()
@@ -148,6 +151,8 @@ def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
     for _ in (1, 2):
         state = proto.advance(state, [proto.exact(state, X) for X in blobs.values()])
     expected = proto.finish(state)
+    # the marks are the pure rule's on the released model and the last round's two senders
+    assert doc["marks"] == [list(m.flags) for m in marks_of(proto, model, 2)]
     np.testing.assert_array_equal(model.masses, expected.masses)
     np.testing.assert_array_equal(model.centroids, expected.centroids)
     centres = sorted(model.centroids[:, 0])

@@ -15,7 +15,7 @@ from common.online.wire import decode_vector
 
 CENTRE = 2
 ONLINE = {"dim": 4, "step_releases": 2, "lam": 0.1, "window_seconds": 60, "window_slots": 10,
-          "centre_window": CENTRE}
+          "centre_window": CENTRE, "algorithm": "flmb"}
 
 
 @pytest.fixture

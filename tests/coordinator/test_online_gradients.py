@@ -11,7 +11,8 @@ from common.online import OnlineParams, federated_step, running_mean
 from common.online.wire import decode_vector, encode_vector
 from common.signing import SignedConfig
 
-ONLINE = {"dim": 4, "batch": 5, "step_releases": 2, "lam": 0.1, "window_seconds": 60}
+ONLINE = {"dim": 4, "batch": 5, "step_releases": 2, "lam": 0.1, "window_seconds": 60,
+          "algorithm": "flmb"}
 """Window 0 ended in 1970: every small window index is in the past."""
 URL = "/v1/studies/s1/online/gradients"
 
@@ -67,6 +68,27 @@ def test_releases_of_two_participants_make_one_step(client, signed, members):
     for name in ("h1", "h2"):  # itemised like every charge, so the dashboard lists it
         [entry] = budgets[name]["entries"]
         assert (entry["kind"], entry["epsilon"], entry["study_id"]) == ("online", "2", "s1")
+
+
+def test_ftrl_adds_every_members_prefix_increment(client, coord_kit, members):
+    """DP-FTRL: the weights are ``-eta`` times the sum of the members' prefix increments,
+    a count-0 release included (its increment is tree noise that must be summed); the
+    average served is the weights."""
+    online = {"dim": 4, "step_releases": 2, "window_seconds": 60, "eta": 0.5}
+    signed = create_study(client, coord_kit, members, online)
+    s1, s2, s3 = np.array([1.0, -2.0, 0.5, 3.0]), np.array([-0.5, 1.0, 2.0, 0.0]), np.ones(4)
+    for key, noisy, count, member, window in (("a", s1, 3, 0, 0), ("b", s2, 0, 1, 0),
+                                              ("c", s3, 1, 0, 1)):
+        r = client.post(URL, json=body(signed, key, noisy, count, window, online=online),
+                        headers=members[member].headers)
+        assert r.status_code == 201, r.text
+    model = client.get("/v1/studies/s1/online/model", headers=ADMIN).json()
+    assert (model["version"], model["pending"]) == (1, 1)
+    np.testing.assert_allclose(decode_vector(model["weights"], 4), -0.5 * (s1 + s2))
+    assert model["average"] == model["weights"]
+    claim = OnlineParams(**online).epoch_cost()
+    budgets = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    assert budgets["h1"]["epsilon_spent"] == str((2 * claim.epsilon).normalize())
 
 
 def test_refusals_store_and_charge_nothing(client, signed, members):

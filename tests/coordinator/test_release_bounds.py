@@ -191,7 +191,7 @@ def test_a_step_that_would_overflow_is_skipped_and_the_next_one_is_taken(
         client, coord_kit, online_members):
     """Public extremes (a step size of 1e307) can make an accepted release overflow a step:
     the weights keep their last value and the next release still steps."""
-    online = {**ONLINE, "eta0": 1e307}
+    online = {**ONLINE, "eta0": 1e307, "eta": 1e307}  # FLMB's and DP-FTRL's step size
     signed = create_study(client, coord_kit, online_members, online)
     h1 = online_members[0].headers
     r = client.post(URL, json=body(signed, "a", np.full(4, 40.0), 1, 0, online=online),

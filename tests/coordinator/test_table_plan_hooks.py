@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from common.noise import choose_tables
+from common.detectors.rules import lsh_rule
 from coordinator.cli.main import EXIT_OK, main
 
 
@@ -21,7 +21,7 @@ def _create(env, capsys, coord_kit, study_id, aggregation, lsh=None):
         spec["lsh"] = lsh
     path = env / f"{study_id}.json"
     path.write_text(json.dumps(spec))
-    assert main(["study", "create", str(path)]) == EXIT_OK
+    assert main(["study", "create", str(path), "--json"]) == EXIT_OK
     out = capsys.readouterr()
     return coord_kit.config_of(json.loads(out.out)["config"]), out.err
 
@@ -30,10 +30,10 @@ def test_tables_chosen_for_the_noise_when_not_fixed(env, capsys, coord_kit):
     cohort = {"mode": "secure", "cohort_size": 10, "expected_records": 200}
     config, err = _create(env, capsys, coord_kit, "s1", cohort)
     assert config.aggregation.h_min == 9  # n - D - T with the default T = 1
-    plan = choose_tables("0.1", "secure", 10, 200, config.aggregation.h_min)
+    plan = lsh_rule(d=len(config.features), expected_records=200, cohort_size=10,
+                    epsilon="0.1", mode="secure", h_min=config.aggregation.h_min)
     assert (config.lsh.n_tables, config.lsh.sample_size) == (plan.n_tables, plan.sample_size)
     assert (plan.n_tables, plan.sample_size) != (100, 16)
-    assert "warning" not in err
 
 
 def test_fixed_tables_are_kept_and_noise_warned(env, capsys, coord_kit):
@@ -41,7 +41,7 @@ def test_fixed_tables_are_kept_and_noise_warned(env, capsys, coord_kit):
     config, err = _create(env, capsys, coord_kit, "s2", cohort,
                           lsh={"n_tables": 100, "sample_size": 16})
     assert (config.lsh.n_tables, config.lsh.sample_size) == (100, 16)
-    assert "warning: the model will be dominated by noise" in err
+    assert "warning: noise may cost accuracy" in err  # the even-fill SNR is below 1
     assert "secure aggregation" in err
 
 

@@ -81,6 +81,10 @@ def _parser(program: str) -> Any:
         from participant.cli.parser import build_parser as participant_parser
 
         return participant_parser(cli.__doc__ or "")
+    if program == "fedod-consortium":
+        from participant.cli.consortium import build_parser as consortium_parser
+
+        return consortium_parser()
     if program == "fedod-simulate":
         from simulation.main import build_parser as simulate_parser
 
@@ -95,7 +99,8 @@ def _fedod_commands(services: dict[str, Any]) -> list[tuple[str, list[str]]]:
 
 def test_every_fedod_service_runs_a_valid_cli_invocation(services: dict[str, Any]) -> None:
     commands = _fedod_commands(services)
-    assert {name for name, _ in commands} >= {"coordinator", "init", "demo-data", "general"}
+    assert {name for name, _ in commands} >= {"coordinator", "init", "demo-data", "general",
+                                              "consortium-key", "dpo", "membership"}
     for name, argv in commands:
         try:
             args = _parser(argv[0]).parse_args([str(a) for a in argv[1:]])
@@ -104,7 +109,8 @@ def test_every_fedod_service_runs_a_valid_cli_invocation(services: dict[str, Any
         assert args is not None
 
 
-@pytest.mark.parametrize("program", ["fedod-coordinator", "fedod-participant", "fedod-simulate"])
+@pytest.mark.parametrize("program", ["fedod-coordinator", "fedod-participant", "fedod-simulate",
+                                     "fedod-consortium"])
 def test_console_scripts_answer_help(services: dict[str, Any], program: str) -> None:
     exe = Path(sys.executable).with_name(program)
     for name, argv in _fedod_commands(services):

@@ -1,5 +1,6 @@
 """`fedod-participant ... --engine dask` as real processes against a real coordinator: the CLI
-starts its own LocalCluster, a malformed partition fails exactly as in-process, and a
+starts its own LocalCluster, a malformed partition is refused exactly as in-process (before
+any request, also by contribute), and a
 contribution plus scoring of a many-file dataset works end to end."""
 
 from __future__ import annotations
@@ -64,27 +65,34 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     local = run_cli(state, "check-data", "dask-cli", str(data), *cols)
     dask = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask")
     assert single.returncode == local.returncode == dask.returncode == 3, dask.stderr
-    error = single.stderr.strip().splitlines()[-1]
-    assert "column 'bp': missing values (NaN); first bad rows: 17 (nan), 201 (nan)" in error
-    assert dask.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1] == error
+    assert ("column 'bp': missing values (NaN) in 2 row(s); first bad rows: 17 (nan), 201 (nan)"
+            in single.stderr)
+    in_dataset = ("column 'bp': missing values (NaN) in 2 row(s); first bad rows: "
+                  "part-1.parquet row 17 (nan), part-1.parquet row 201 (nan)")
+    assert in_dataset in local.stderr and in_dataset in dask.stderr
     assert not releases(recording_proxy)
-    # A release drops the malformed rows (participant.data.reader: one bad row is one removed
-    # record), counted on the workers and summed locally; the release goes out from the rest.
-    dropped = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
+    # contribute runs the same whole-file check before any request: refused, nothing sent
+    refused = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                       "--send-slot", "0")
+    assert refused.returncode == 3 and in_dataset in refused.stderr
+    assert "refused before anything was sent or charged" in refused.stderr
+    assert not releases(recording_proxy)
+    # --drop-malformed-rows releases it: each malformed row dropped as a removed record
+    # (participant.data.reader), counted on the workers and summed locally.
+    dropped = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
+                      "--send-slot", "0", "--drop-malformed-rows")
     assert dropped.returncode == 0, dropped.stderr
     assert "2 malformed row(s) dropped" in dropped.stderr and "bp: 2" in dropped.stderr
     assert len(releases(recording_proxy)) == 1
-    # What no row can cause (a partition whose column has a non-numeric type) still sends a
-    # noise-only substitute on Dask (exit 3, the reason only locally).
+    # A partition whose column has a non-numeric type: the whole-file check on the workers
+    # refuses it before any request (exit 3, nothing sent or charged).
     dates = pa.array(np.arange(table.num_rows).astype("datetime64[s]"))
     pq.write_table(table.set_column(2, "bp", dates), data / "part-1.parquet")
     bad_release = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                           "--send-slot", "0")
     assert bad_release.returncode == 3, bad_release.stderr
-    assert "a noise-only release was sent in its place" in bad_release.stderr
     assert "non-numeric type" in bad_release.stderr
-    assert len(releases(recording_proxy)) == 2
+    assert len(releases(recording_proxy)) == 1
 
     pq.write_table(table, data / "part-1.parquet")
     checked = run_cli(state, "check-data", "dask-cli", str(data), *cols, "--engine", "dask",
@@ -94,12 +102,12 @@ def test_dask_engine_from_the_cli(participant_coordinator, recording_proxy, tmp_
     sent = run_cli(state, "contribute", "dask-cli", str(data), *cols, "--engine", "dask",
                    "--send-slot", "0", "--json")
     assert sent.returncode == 0, sent.stderr
-    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 4.5  # 3 releases, 1.5 each
+    assert float(json.loads(sent.stdout)["epsilon_spent"]) == 3.0  # 2 releases, 1.5 each
     posts = [json.loads(r[3]) for r in releases(recording_proxy)]
-    assert len(posts) == 3 and set(posts[2]) == {"idempotency_key", "config_version",
+    assert len(posts) == 2 and set(posts[1]) == {"idempotency_key", "config_version",
                                                  "config_digest", "epsilon", "delta", "lsh",
                                                  "grid"}
-    assert EncodedCounts.model_validate(posts[2]["grid"]).layout == "dense"
+    assert EncodedCounts.model_validate(posts[1]["grid"]).layout == "dense"
 
     out = tmp_path / "scores.parquet"
     scored = run_cli(state, "score", "dask-cli", str(data), *cols, "--engine", "dask",

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -33,13 +34,14 @@ def cli(state: Path, *args: str) -> list[str]:
 
 
 class Cohort:
-    def __init__(self, coord, tmp_path: Path, study: str, n: int = 4, **spec) -> None:
+    def __init__(self, coord, tmp_path: Path, study: str, n: int = 4, aggregation=SECURE,
+                 **spec) -> None:
         self.coord, self.study = coord, study
         self.names = [f"{study}-h{i}" for i in range(n)]
         tokens = [coord.new_participant(name, "10") for name in self.names]
         spec = {"privacy": {"epsilon_lsh": "0.5"}, **spec}
         coord.new_study(study, FEATURES, members=self.names, lsh={"n_tables": 10},
-                        aggregation=SECURE, **spec)
+                        aggregation=aggregation, **spec)
         self.states, self.data = {}, {}
         rng = np.random.default_rng(abs(hash(study)) % 2**32)
         enrolling = []
@@ -61,9 +63,10 @@ class Cohort:
             out, _ = proc.communicate(timeout=120)
             assert proc.returncode == 0, out
         coord.admin("PUT", f"/v1/studies/{study}/membership",
-                    json=certify_states(self.consortium, study, SECURE, self.states))
+                    json=certify_states(self.consortium, study, aggregation, self.states))
         coord.admin("POST", f"/v1/studies/{study}/rounds")
         self.procs: dict[str, subprocess.Popen] = {}
+        self.killed: set[str] = set()
 
     def start(self, name: str, *extra: str) -> None:
         self.procs[name] = subprocess.Popen(
@@ -71,21 +74,45 @@ class Cohort:
                 "--send-slot", "0", *extra),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+    def kill(self, name: str) -> None:
+        self.killed.add(name)
+        self.procs[name].kill()
+        self.procs[name].wait()
+
+    def failed(self) -> str | None:
+        """The output of a member process that exited with an error (not one the test
+        killed): a round cannot finish without it, so waiting on would only hang."""
+        for name, proc in self.procs.items():
+            if name not in self.killed and proc.poll() not in (None, 0):
+                out, err = proc.communicate()
+                return f"{name} exited with {proc.returncode}: {out}{err}"
+        return None
+
     def finish(self, name: str) -> tuple[int, str]:
-        out, err = self.procs[name].communicate(timeout=180)
+        out, err = self.procs[name].communicate(timeout=900)
         return self.procs[name].returncode, out + err
 
     def rounds(self) -> list[dict]:
         return self.coord.admin("GET", f"/v1/studies/{self.study}/rounds")
 
     def wait_for(self, predicate, what: str) -> dict:
-        deadline = time.monotonic() + 180  # a hang guard only: the test waits on progress
+        deadline = time.monotonic() + 900  # a hang guard only: the test waits on progress
         while time.monotonic() < deadline:
-            current = self.rounds()[-1]
+            if (why := self.failed()) is not None:
+                raise AssertionError(f"waiting for {what}: {why}")
+            try:
+                current = self.rounds()[-1]
+            except httpx.HTTPStatusError as exc:  # 503: busy, retry later (by design)
+                if exc.response.status_code != 503:
+                    raise
+                continue
+            except httpx.TimeoutException:  # a saturated coordinator: ask again
+                continue
             if predicate(current):
                 return current
             time.sleep(0.1)
-        raise AssertionError(f"never saw {what}: {self.rounds()}")
+        log = self.coord.log.read_text(errors="replace")[-4000:]
+        raise AssertionError(f"never saw {what}: {self.rounds()}\ncoordinator log:\n{log}")
 
     def noisy(self, name: str) -> np.ndarray:
         files = list((self.states[name] / "studies" / self.study / "rounds").glob("*/noisy.npy"))
@@ -133,8 +160,7 @@ def test_member_killed_after_masking_is_recovered_and_a_restart_resumes(cohort):
     for name in c.names[:3]:
         c.start(name)
     c.wait_for(lambda r: r["status"] == "masking" and r["masked"] == 3, "3 masked vectors")
-    c.procs[victim].kill()  # its vector is recorded; it never answers the unmask request
-    c.procs[victim].wait()
+    c.kill(victim)  # its vector is recorded; it never answers the unmask request
     c.start(late)  # resumes: posts its masked vector with the keys it stored
     c.wait_for(lambda r: r["status"] == "unmask" and r["survivors"] == 3, "3 unmask answers")
     assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["status"] == (
@@ -242,3 +268,46 @@ def test_a_member_with_a_malformed_row_goes_on_without_that_row(cohort):
                             text=True, timeout=60)
     (entry,) = json.loads(ledger.stdout)["entries"]
     assert "noise-only substitute" not in entry["detail"], entry
+
+
+FIFTY = {"mode": "secure", "cohort_size": 50, "max_dropouts": 5, "max_colluders": 5}
+
+
+@pytest.mark.timeout(1800)  # a hang guard: fifty processes on two shared cores are slow
+def test_fifty_members_on_a_sparse_graph_five_killed_after_masking(cohort):
+    """50 ``fedod-participant round`` processes on loopback, masking graph of degree 6 (not
+    49). One member posts its keys and leaves, so the round cannot pass the masking phase
+    until it returns; once the coordinator has recorded the other 49 masked vectors, five of
+    them are SIGKILLed. The returning member masks, the 44 other survivors answer the unmask
+    request, the admin declares the five lost, and only the survivors that are their graph
+    neighbours send shares of their seeds. The model is exactly the sum of the 50 noisy
+    vectors (the five lost ones masked, so theirs are in it); every ledger holds one charge."""
+    c = cohort("sa-fifty", n=50, aggregation=FIFTY)
+    late = c.names[-1]
+    victims = c.names[:5]
+    c.start(late, "--stop-after", "keys")
+    assert c.finish(late)[0] == 0
+    for name in c.names[:-1]:
+        c.start(name)
+    c.wait_for(lambda r: r["status"] == "masking" and r["masked"] == 49, "49 masked vectors")
+    for name in victims:
+        c.kill(name)  # its masked vector is recorded; it never answers the unmask
+    c.start(late)
+    c.wait_for(lambda r: r["status"] == "unmask" and r["survivors"] == 45, "45 unmask answers")
+    assert c.coord.admin("POST", f"/v1/studies/{c.study}/rounds/1/advance")["status"] == (
+        "recover")
+    done = c.wait_for(lambda r: r["status"] in ("done", "abandoned", "rejected"), "the reveal")
+    assert done["status"] == "done", done
+    assert 0 < done["recovered_by"] < 45  # the lost members' graph neighbours only
+    for name in c.names[5:]:
+        code, out = c.finish(name)
+        assert code == 0, out
+        assert json.loads(out.splitlines()[0])["cohort"] == 50
+    doc, total = c.model()
+    np.testing.assert_array_equal(total, sum(c.noisy(n) for n in c.names))
+    assert doc["contributors"] == 50
+    assert [c.spent(n) for n in c.names] == ["0.5"] * 50
+    for name in c.names:
+        ledger = subprocess.run(cli(c.states[name], "ledger", "--json"), capture_output=True,
+                                text=True, timeout=60)
+        assert len(json.loads(ledger.stdout)["entries"]) == 1, ledger.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -136,6 +137,9 @@ def test_cap_reached_mid_stream_stops_before_deciding_or_noising(participant_coo
     assert proc.returncode == 8, err
     assert "privacy cap reached: schedule window 1" in err
     assert "before deciding or noising" in err
+    assert re.search(r"does not fit (your local|the coordinator's) cap", err)  # which one
+    assert "a stream needs an epsilon and a delta cap on both ledgers" in err
+    assert "raise-cap NAME --epsilon-cap E --delta-cap D" in err and "enrol" in err
     rows = score_rows(out)
     assert [r["id"] for r in rows] == [f"r{i}" for i in range(70)]  # window 0 only
     import sqlite3

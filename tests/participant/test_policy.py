@@ -211,16 +211,23 @@ def test_row_cap_scales_the_noise_by_the_cap():
     assert grid[1].cost == grid[0].cost == PrivacyBudget("0.5")
 
 
-def test_unusable_data_sends_a_noise_only_release_and_charges_it(tmp_path):
-    """What no single row can cause (here a column of dates: its type is the file's) still
-    sends a noise-only substitute; one bad row is dropped instead (tests/privacy/
-    test_malformed_rows.py)."""
+def test_unusable_data_sends_a_noise_only_release_and_charges_it(tmp_path, monkeypatch):
+    """What no single row can cause (here a column of dates: its type is the file's) is
+    refused by the whole-file check before anything is sent or charged; if the file turns
+    unusable after the check (the check skipped here), a noise-only substitute is still sent
+    and charged; one bad row is dropped instead (tests/privacy/test_malformed_rows.py)."""
+    from participant.data import precheck
+
     fake = FakeCoordinator(GridParams(bins=3, k=5))
     agent = agent_for(fake, tmp_path)
     bad = tmp_path / "bad.parquet"
     X = np.random.default_rng(0).uniform(0, 1, size=(200, 3))
     dates = pa.array(np.arange(200).astype("datetime64[s]"))
     pq.write_table(pa.table({"a": X[:, 0], "b": dates, "c": X[:, 2]}), bad)  # read, then fails
+    with pytest.raises(SchemaMismatch, match="non-numeric type"):
+        agent.contribute("s1", bad, DataOptions(), send_slot=0)
+    assert fake.posts == [] and agent.spent() == PrivacyBudget.zero()
+    monkeypatch.setattr(precheck, "check_before_release", lambda *a, **k: None)
     with pytest.raises(rel.ReleaseSubstituted, match="noise-only release was sent") as info:
         agent.contribute("s1", bad, DataOptions(), send_slot=0)
     assert exit_code(info.value) == 3 and len(fake.posts) == 1

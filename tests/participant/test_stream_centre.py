@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 from test_stream_schedule import ONLINE, SLOTS, FakeCoordinator, Run, study
 
-from common.online import centre_from_release, centred_rows, to_ball
+from common.online import centre_from_release, to_ball
 from common.online.wire import CENTRE_FIXED, decode_vector, encode_vector
 from participant.client import CoordinatorRefused, CoordinatorUnavailable
 
@@ -73,7 +73,7 @@ def ball(start: int, n: int) -> np.ndarray:
 
 def test_centring_window_queries_nothing_and_releases_its_record_sum(tmp_path):
     run = Run(tmp_path, coordinator=CentreCoordinator(), online=CENTRED)
-    run.streamer.noise = exact = Exact()  # type: ignore[assignment]
+    run.streamer.centre_noise = exact = Exact()  # type: ignore[assignment]
     run.feed(7)
     assert run.store.counts()["queried"] == 0 and run.store.n_awaiting() == 0
     assert not run.streamer.label("r0", 1)  # never queried: a label is not used
@@ -90,7 +90,7 @@ def test_centring_window_queries_nothing_and_releases_its_record_sum(tmp_path):
 
 def test_later_records_are_centred_on_the_served_centre(tmp_path):
     run = Run(tmp_path, coordinator=CentreCoordinator(), online=CENTRED)
-    run.streamer.noise = Exact()  # type: ignore[assignment]
+    run.streamer.centre_noise = Exact()  # type: ignore[assignment]
     run.feed(SLOTS)
     run.to(1)
     centre = run.store.centre()
@@ -100,7 +100,7 @@ def test_later_records_are_centred_on_the_served_centre(tmp_path):
     rows = run.store._db.execute("SELECT id, x FROM records WHERE win=1 AND queried=1 "
                                  "ORDER BY seq").fetchall()
     assert rows, "p = 0.5 over 20 slots"
-    centred = centred_rows(ball(100, SLOTS), centre, 1.0)
+    centred = CENTRED.rows(ball(100, SLOTS), centre)
     for rid, x in rows:  # the queried records are kept as used: centred
         i = int(rid[1:]) - 100
         np.testing.assert_allclose(np.frombuffer(x, dtype="<f8"), centred[i])
@@ -130,7 +130,7 @@ def test_a_restart_in_the_middle_of_the_centring_window_sums_every_slot_once(tmp
     first.feed(4)
     first.close()
     again = Run(tmp_path, coordinator=CentreCoordinator(), online=CENTRED)
-    again.streamer.noise = exact = Exact()  # type: ignore[assignment]
+    again.streamer.centre_noise = exact = Exact()  # type: ignore[assignment]
     again.feed(8)  # r0..r3 consumed before the kill: skipped
     again.to(1)
     [total] = exact.calls

@@ -21,6 +21,23 @@ def test_json_lines_and_csv_records_with_ids_or_positions() -> None:
     assert rid == "f.csv#1" and np.array_equal(x, [1.0, 2.0])
 
 
+def test_unexpected_columns_stop_the_stream_unless_ignored() -> None:
+    import pytest
+
+    from common.errors import SchemaMismatch
+
+    with pytest.raises(SchemaMismatch, match="unexpected column.*'label'.*--ignore-column"):
+        RecordParser(["a"], "id").parse('{"id": "x", "a": 1, "label": 0}')
+    with pytest.raises(SchemaMismatch, match="CSV header: unexpected column"):
+        RecordParser(["a"], "id").parse("id,a,label")
+    p = RecordParser(["a"], "id", ignore=("label",))
+    rid, x = p.parse('{"id": "x", "a": 1, "label": 0}')  # type: ignore[misc]
+    assert rid == "x" and np.array_equal(x, [1.0])
+    c = RecordParser(["a"], "id", ignore=("label",))
+    assert c.parse("label,a") is None
+    assert np.array_equal(c.parse("1,2.5")[1], [2.5])  # type: ignore[index]
+
+
 def test_labels() -> None:
     assert [parse_label(v) for v in ("1", "+1", "Outlier", "0", "-1", "inlier", "maybe")] == \
         [1, 1, 1, -1, -1, -1, None]

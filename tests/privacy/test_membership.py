@@ -17,9 +17,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from common.config import FeatureSpec, PrivacyParams, new_study_config
+from common.errors import CoordinatorUnavailable, SignatureInvalid
 from common.secagg import participant as proto
 from common.secagg import server
-from common.secagg.messages import RoundRef, RoundRefused, b64d, b64e
+from common.secagg.messages import RoundRef, b64d, b64e
 from common.secagg.params import AggregationParams
 from common.secagg.schemas import RoundState
 from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
@@ -72,6 +73,7 @@ class RoundCoordinator:
         self.status, self.roster, self.request = "keys", None, None
         self.done: list[str] = []
         self.masked: dict[str, bytes] = {}
+        self.adverts: dict[str, bytes] = {}
         self.transcript: list[tuple[str, str, float]] = []
 
     def certify(self) -> dict:
@@ -98,8 +100,23 @@ class RoundCoordinator:
             roster_digest=self.roster.digest() if self.roster else None,
             membership=SignedMembership(**self.certify()) if self.roster else None,
             request=self.request, done=self.done,
+            adverts=self._served(server.neighbour_adverts, self.adverts),
+            acks=self._served(server.neighbour_acks, self.masked),
         )
         return st.model_dump_json()
+
+    def _identities(self) -> dict[str, str]:
+        assert self.victim_key is not None
+        keys = {n: raw_key(self._identity(n).public_key()) for n in PEERS}
+        return {**keys, "h0": raw_key(self.victim_key)}
+
+    def _served(self, pack, items: dict[str, bytes]) -> str:
+        """What the coordinator serves h0 beside the roster: its neighbours' items, packed."""
+        if not items:
+            return ""
+        roster = server.roster_of(self.roster, self.key.public_key(), self.adverts,
+                                  self._identities())
+        return pack(roster, "h0", items)
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -121,22 +138,25 @@ class RoundCoordinator:
         if path.endswith("/rounds/current"):
             return httpx.Response(200, text=self._state())
         if path.endswith("/keys"):
-            adverts = {n: (self._identity(n).public_key(), self._advert(n)) for n in PEERS}
-            adverts["h0"] = (self.victim_key, request.content)
+            self.adverts = {n: self._advert(n) for n in PEERS}
+            self.adverts["h0"] = request.content
             self.roster = server.build_roster(
-                self.ref, adverts, config_digest=self.signed.digest(),
+                self.ref, self.adverts, universe=["h0", *PEERS],
+                config_digest=self.signed.digest(),
                 modulus_bits=self.config.secure_modulus_bits(),
-                threshold=self.config.aggregation.threshold, key=self.key)
+                threshold=self.config.aggregation.threshold, key=self.key,
+                degree=self.config.aggregation.degree)
             self.status, self.done = "masking", ["advert"]
             return httpx.Response(200, json={})
         if path.endswith("/masked"):
-            roster = server.roster_of(self.roster, self.key.public_key())
+            roster = server.roster_of(self.roster, self.key.public_key(), self.adverts,
+                                      self._identities())
             self.masked = {"h0": request.content}
             for n in PEERS:
                 self.masked[n] = proto.mask_upload(
                     roster, me=n, identity=self.peers[n], secrets=self.secrets[n],
                     noisy=np.zeros(self.config.secure_cells, dtype=np.int64))
-            self.request = server.build_request(roster, roster.names, self.key, self.masked)
+            self.request = server.build_request(roster, len(roster.names), self.key)
             self.status, self.done = "unmask", ["advert", "masked"]
             return httpx.Response(200, json={})
         if path.endswith("/unmask"):
@@ -145,9 +165,9 @@ class RoundCoordinator:
         return httpx.Response(404, json={"detail": f"unexpected {path}"})
 
 
-def _agent(coord: RoundCoordinator, clock: Clock, tmp_path) -> Agent:
-    agent = Agent(tmp_path / "state", transport=httpx.MockTransport(coord), sleep=clock.sleep,
-                  clock=clock, max_tries=2)
+def _agent(coord: RoundCoordinator, clock: Clock, tmp_path, handler=None) -> Agent:
+    agent = Agent(tmp_path / "state", transport=httpx.MockTransport(handler or coord),
+                  sleep=clock.sleep, clock=clock, max_tries=2)
     agent.enrol("http://coord.test", "tok", key_fingerprint(coord.key), epsilon_cap="10")
     pin_consortium_key(agent, raw_key(coord.consortium.public_key()))
     return agent
@@ -166,7 +186,7 @@ def test_a_coordinator_inventing_members_is_refused_before_data_is_read(tmp_path
     clock = Clock()
     coord = RoundCoordinator(clock, invent=True)
     agent = _agent(coord, clock, tmp_path)
-    with pytest.raises(RoundRefused, match="another identity key"):
+    with pytest.raises(SignatureInvalid, match="signature does not verify"):
         run_secure_round(agent, "s1", _data(tmp_path, 200), DataOptions(),
                          noise_share=_zero_share, send_slot=SLOT)
     assert not list((tmp_path / "state").rglob("noisy.npy"))
@@ -210,3 +230,48 @@ def test_the_round_transcript_does_not_depend_on_the_row_count(tmp_path):
     roster_read = max(i for i, p in enumerate(paths[:masked]) if p.endswith("/current"))
     assert keys < roster_read < masked
     assert small[masked][2] - small[roster_read][2] == SLOT
+
+
+class Busy:
+    """The coordinator answers 503 to every request from the ``after``-th on, ``length``
+    requests long (``None``: for good); the requests it drops never reach it."""
+
+    def __init__(self, coord: RoundCoordinator, after: int, length: int | None) -> None:
+        self.coord, self.after, self.length, self.seen, self.refused = coord, after, length, 0, 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen += 1
+        if self.seen > self.after and (self.length is None or self.refused < self.length):
+            self.refused += 1
+            self.coord.clock.sleep(30.0)  # the client's timeout, on the injected clock
+            return httpx.Response(503, headers={"Retry-After": "5"}, json={"detail": "busy"})
+        return self.coord(request)
+
+
+@pytest.mark.parametrize("after", [2, 4, 6, 7, 9, 11])
+def test_a_member_waits_out_a_busy_coordinator_at_any_step(tmp_path, after):
+    """Twelve refused requests in a row (the client's ``max_tries`` is two), wherever they
+    fall (the config, the identity key, a state read, the advert, the masked frame or the
+    unmask answer): the member waits them out and finishes, each message sent once."""
+    clock = Clock()
+    coord = RoundCoordinator(clock)
+    busy = Busy(coord, after, 12)
+    agent = _agent(coord, clock, tmp_path, busy)
+    doc = run_secure_round(agent, "s1", _data(tmp_path, 200), DataOptions(),
+                           noise_share=_zero_share, send_slot=SLOT, wait=600.0)
+    assert doc["included"] and busy.refused == 12
+    posted = [p.rsplit("/", 1)[1] for m, p, _ in coord.transcript if m == "POST"]
+    assert [p for p in posted if p in ("keys", "masked", "unmask")] == [
+        "keys", "masked", "unmask"]
+
+
+def test_a_member_gives_up_after_wait_seconds_without_an_answer(tmp_path):
+    clock = Clock()
+    coord = RoundCoordinator(clock)
+    busy = Busy(coord, 8, None)
+    agent = _agent(coord, clock, tmp_path, busy)
+    start = clock.now
+    with pytest.raises(CoordinatorUnavailable):
+        run_secure_round(agent, "s1", _data(tmp_path, 200), DataOptions(),
+                         noise_share=_zero_share, send_slot=SLOT, wait=300.0)
+    assert 300.0 < clock.now - start < 600.0

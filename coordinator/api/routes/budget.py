@@ -9,7 +9,7 @@ from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, SessionDep
 from coordinator.ledger.views import all_budgets
 
-router = APIRouter(prefix="/admin", tags=["admin"], route_class=AuthFirstRoute)
+router = APIRouter(prefix="/admin", tags=["budget"], route_class=AuthFirstRoute)
 
 
 @router.get("/budget")

@@ -13,7 +13,7 @@ from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
 from common.schemas import ContributionCreate, ContributionPublic
 from coordinator.api.auth_route import AuthFirstRoute
-from coordinator.api.deps import Credentials, ingest_token, member_or_admin
+from coordinator.api.deps import ParticipantToken, member_or_admin
 from coordinator.config import Settings
 from coordinator.db.tables import Contribution
 from coordinator.ledger.refusals import record_refusal
@@ -56,7 +56,7 @@ async def create_contribution(
     study_id: str,
     body: ContributionCreate,
     request: Request,
-    creds: Credentials,
+    token: ParticipantToken,
 ) -> Response:
     """Validate, store and charge one release (201; 200 for a replayed key).
 
@@ -68,7 +68,6 @@ async def create_contribution(
     """
 
     settings: Settings = request.app.state.settings
-    token = ingest_token(settings, creds)
     named: list[IngestCaller] = []
 
     def read(session: Session, found: IngestCaller | None) -> Outcome | Prepared:

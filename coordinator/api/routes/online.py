@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
@@ -11,6 +11,7 @@ from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import (
     Credentials,
     get_caller,
+    participant_token,
     require_participant,
     study_member,
     study_reader,
@@ -26,20 +27,24 @@ router = APIRouter(prefix="/studies", tags=["online"], route_class=AuthFirstRout
     "/{study_id}/online/gradients",
     status_code=status.HTTP_201_CREATED,
     responses={200: {"description": "replay of an earlier request with the same key"}},
+    dependencies=[Depends(participant_token)],
 )
 async def create_gradient(
     study_id: str, body: OnlineGradientCreate, request: Request, creds: Credentials,
     response: Response,
 ) -> OnlineGradientPublic:
-    """Store and charge one noisy mini-batch gradient sum (201; 200 for a replayed key).
+    """Store and charge one schedule window's noisy release (201; 200 for a replayed key).
 
     For members of a study with an online section. The claimed cost must be one schedule
-    window's charge; once `step_releases` releases are pending the coordinator takes one SGD
-    step on their summed noisy sums. A release of the config's `centre_window` is summed into
-    the served centre instead (after the first step it is charged but not summed: the centre
-    is fixed). A noisy sum whose l2 norm is past the public bound (count or window_slots x
-    radius_x, plus the noise's norm tail at 2^-40) is refused with 422 naming the bound,
-    before anything is stored or charged.
+    window's charge. With DP-FTRL (`algorithm: ftrl`, the default) the release is the
+    increment of the member's noisy prefix sum; once `step_releases` releases are pending the
+    weights move by -eta times their sum (count-0 releases included). With FLMB it is a noisy
+    mini-batch gradient sum and the step is one SGD step on the summed sums. A release of the
+    config's `centre_window` is summed into the served centre instead (after the first step it
+    is charged but not summed: the centre is fixed). A noisy sum whose l2 norm is past the
+    public bound (count x clip for DP-FTRL, count x radius_x for FLMB, window_slots x radius_x
+    for a centring window, plus the noise's norm tail at 2^-40) is refused with 422 naming the
+    bound, before anything is stored or charged.
     """
 
     def work(session: Session, settings: Settings) -> online.Outcome:
@@ -60,7 +65,8 @@ async def create_gradient(
 @router.get("/{study_id}/online/model")
 async def get_online_model(study_id: str, request: Request, creds: Credentials
                            ) -> OnlineModelPublic:
-    """The current online classifier's weights and step count (admin and members)."""
+    """The current online classifier: weights, running average, centre, step count and
+    pending releases (admin and members)."""
 
     def work(session: Session, settings: Settings) -> OnlineModelPublic:
         study = study_reader(study_id, session, get_caller(session, settings, creds))

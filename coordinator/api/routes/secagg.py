@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 
 from common.secagg.membership import SignedMembership
-from common.secagg.messages import SignedMessage
 from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
 from common.secagg.wire import OCTET_STREAM
 from coordinator.api.auth_route import AuthFirstRoute
@@ -19,10 +18,10 @@ from coordinator.api.deps import (
     StudyMember,
     StudyReader,
 )
-from coordinator.services import secagg, secagg_store, secagg_views
+from coordinator.services import secagg, secagg_auto, secagg_store, secagg_views
 from coordinator.services.secagg_phases import secure_params
 
-router = APIRouter(tags=["rounds"], route_class=AuthFirstRoute)
+router = APIRouter(tags=["secure aggregation"], route_class=AuthFirstRoute)
 
 
 @router.post(
@@ -76,7 +75,7 @@ def list_rounds(study: StudyReader, session: SessionDep) -> list[RoundPublic]:
     return [secagg_views.round_public(session, r) for r in secagg.list_rounds(session, study.id)]
 
 
-@router.get("/studies/{study_id}/rounds/current")
+@router.get("/studies/{study_id}/rounds/current", response_model_exclude_defaults=True)
 def current_round(
     study: StudyMember,
     participant: CurrentParticipant,
@@ -86,12 +85,28 @@ def current_round(
         str | None,
         Query(
             pattern=r"^[0-9a-f]{64}$",
-            description="Digest of the roster the caller already holds: it is then left out.",
+            description="Digest of the roster the caller already holds: it is then left out "
+            "(with its neighbours' adverts).",
+        ),
+    ] = None,
+    known_membership: Annotated[
+        str | None,
+        Query(
+            pattern=r"^[0-9a-f]{64}$",
+            description="Digest of the membership certificate the caller already holds: it "
+            "is then left out.",
         ),
     ] = None,
 ) -> RoundState:
-    """The current attempt, with the roster, unmask request and shares sealed for the caller."""
-    return secagg_views.round_state(session, keys, study, participant, known_roster)
+    """The caller's view of the current attempt, compact (fields at their defaults left out,
+    and what the member knows: see ``RoundState`` and common/secagg/view.py; ``expected`` is
+    the caller alone, or empty when it is not in the attempt), with the roster and its graph
+    neighbours' adverts, the unmask request and their acknowledgements, the shares sealed for
+    the caller
+    (a study whose config says ``open_rounds: when_ready`` opens round 1 here once ready)."""
+    secagg_auto.open_if_ready(session, study)
+    return secagg_views.round_state(session, keys, study, participant, known_roster,
+                                    known_membership)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/advance")
@@ -100,21 +115,6 @@ def advance_round(
 ) -> RoundPublic:
     """Declare members that have not acted lost: publish, restart without them, or finish."""
     return secagg_views.round_public(session, secagg.advance(session, keys, study, number))
-
-
-@router.post("/studies/{study_id}/rounds/{number}/shares")
-def post_round_shares(
-    number: int,
-    body: SignedMessage,
-    study: StudyMember,
-    participant: CurrentParticipant,
-    session: SessionDep,
-    keys: KeysDep,
-) -> RoundPublic:
-    """Recover phase only: the shares the caller holds of the seeds of members lost after
-    masking (signed JSON; refused unless the caller answered this attempt's unmask request)."""
-    rnd = secagg.post_message(session, keys, study, participant, number, "shares", body)
-    return secagg_views.round_public(session, rnd)
 
 
 async def frame_body(request: Request) -> bytes:
@@ -135,9 +135,11 @@ FRAME_DOC = {
         "little-endian), attempt (2), body, Ed25519 signature (64) over a context that also "
         "binds study, sender and (masked, unmask) the roster digest. Bodies: keys = X25519 key "
         "(32) + SHA-256 of the self-mask seed (32); masked = words packed to k bits + one "
-        "32-byte sealed share per other roster member (roster order) + the 64-byte roster "
+        "32-byte sealed share per graph neighbour (by name; common/secagg/graph.py) + the "
+        "64-byte roster "
         "acknowledgement (common.secagg.wire.sign_ack); unmask = the 16-byte "
-        "self-mask seed. Each length is exact: a truncated or padded frame is 422, a longer "
+        "self-mask seed; shares = 16 bytes per lost graph neighbour, in name order. Each "
+        "length is exact: a truncated or padded frame is 422, a longer "
         "one 413, a tampered one 422, one of another round or attempt 409.",
         "content": {OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}}},
     }
@@ -147,7 +149,7 @@ FRAME_DOC = {
 @router.post("/studies/{study_id}/rounds/{number}/{step}", openapi_extra=FRAME_DOC)
 def post_round_message(
     number: int,
-    step: Literal["keys", "masked", "unmask"],
+    step: Literal["keys", "masked", "unmask", "shares"],
     study: StudyMember,
     participant: CurrentParticipant,
     session: SessionDep,
@@ -156,6 +158,7 @@ def post_round_message(
 ) -> RoundPublic:
     """A member's signed frame: ``keys`` (this attempt's X25519 key), ``masked`` (the masked
     vector and its sealed seed shares; charges the release to its ledger), ``unmask`` (its own
-    self-mask seed)."""
+    self-mask seed), ``shares`` (recover phase only: its 16-byte shares of the seeds of the
+    lost members it neighbours; refused unless it answered this attempt's unmask request)."""
     rnd = secagg.post_message(session, keys, study, participant, number, step, frame)
     return secagg_views.round_public(session, rnd)
