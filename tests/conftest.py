@@ -82,7 +82,7 @@ class ParticipantCoordinator:
     def fingerprint(self) -> str:
         import httpx
 
-        return httpx.get(self.url + "/v1/key", timeout=10).json()["key_id"]
+        return httpx.get(self.url + "/v1/key", timeout=600).json()["key_id"]  # a hang guard
 
     def signing_key(self):
         from common.signing import load_private_key
