@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.config import StudyConfig
 from common.secagg import participant as proto
+from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.identity import sign_identity_proof
 from common.secagg.membership import MembershipBody, sign_membership, verify_membership
 from common.secagg.messages import RoundRef, SignedMessage, b64e
@@ -98,7 +99,7 @@ class Hospital:
         def record(a):
             self.unmasked = a
 
-        return proto.answer_unmask(
+        return answer_unmask(
             st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
             secrets=self.secrets[st.attempt], coordinator_key=env.key, acks=st.acks,
             params=env.config.aggregation, unmasked_attempt=self.unmasked,
@@ -106,7 +107,7 @@ class Hospital:
         )
 
     def recover(self, st, env) -> SignedMessage:
-        return proto.answer_recover(
+        return answer_recover(
             st.request, self.roster(st, env), me=self.e.name, identity=self.identity,
             secrets=self.secrets[st.attempt], inbox=st.inbox, coordinator_key=env.key,
             unmasked_attempt=self.unmasked, masked_attempt=self.masked_at,

@@ -6,5 +6,6 @@ self-mask seeds, sealed per holder), :mod:`.keys` (per-attempt secrets, share-se
 :mod:`.vector` (the summed vector: LSH tables, then the dense grid), :mod:`.wire` (the binary
 frames every member sends: advert, masked, unmask), :mod:`.messages` (the signed JSON messages:
 roster, unmask and recover requests, shares answers), :mod:`.roster` (a roster read back and
-verified), :mod:`.participant` and :mod:`.server` (the two sides' checks and computations).
+verified), :mod:`.participant` (up to masking) with :mod:`.answers` (its unmask and recover
+answers) and :mod:`.server` (the two sides' checks and computations).
 """

@@ -14,7 +14,7 @@ Order of operations (each step durable before the next)::
     (rounds/<n>/noisy.npy; participant.secagg.vector) ─► masked frame stored, then posted at
     the fixed send slot after the roster was read (``send_slot``; retries send the same
     bytes) ─►
-    unmask answer (its own self seed) only under the rules of common.secagg.participant, its
+    unmask answer (its own self seed) only under the rules of common.secagg.answers, its
     attempt recorded (rounds/<n>/unmasked) before the answer leaves ─► only if members were lost
     after masking: the shares held of their seeds, for that same attempt only
 
@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
+from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.membership import SignedMembership
 from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.pacing import Pacing
@@ -257,7 +258,7 @@ def run_secure_round(
             elif st.status == "unmask" and "unmask" not in st.done:
                 assert st.request is not None
                 roster = check(st, advert, ref)
-                answer = proto.answer_unmask(
+                answer = answer_unmask(
                     st.request,
                     roster,
                     me=name,
@@ -275,7 +276,7 @@ def run_secure_round(
             elif (st.status == "recover" and "unmask" in st.done and "shares" not in st.done
                   and st.inbox):  # only a neighbour of a lost member holds shares to send
                 assert st.request is not None
-                shares = proto.answer_recover(
+                shares = answer_recover(
                     st.request, check(st, advert, ref), me=name, identity=identity,
                     secrets=secrets, inbox=st.inbox, coordinator_key=coordinator,
                     unmasked_attempt=files.unmasked(), masked_attempt=files.masked_attempt(),

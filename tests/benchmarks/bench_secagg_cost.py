@@ -51,6 +51,7 @@ from common.schemas import ContributionCreate  # noqa: E402
 from common.secagg import participant as p  # noqa: E402
 from common.secagg import server as s  # noqa: E402
 from common.secagg import view  # noqa: E402
+from common.secagg.answers import answer_recover, answer_unmask  # noqa: E402
 from common.secagg.graph import disconnect_bound  # noqa: E402
 from common.secagg.messages import RoundRef, b64e  # noqa: E402
 from common.secagg.params import AggregationParams, modulus_bits  # noqa: E402
@@ -149,7 +150,7 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
         if x in lost:
             continue
         t0 = time.process_time()
-        answers[x] = p.answer_unmask(
+        answers[x] = answer_unmask(
             request, rosters[x], me=x, identity=ids[x], secrets=secrets[x],
             acks=s.neighbour_acks(sroster, x, uploads), coordinator_key=coordinator.public_key(),
             params=params, unmasked_attempt=None, masked_attempt=1, record=lambda a: None)
@@ -162,7 +163,7 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
     shares_msgs = {}
     for h, inbox in inboxes.items():
         t0 = time.process_time()
-        shares_msgs[h] = p.answer_recover(
+        shares_msgs[h] = answer_recover(
             recover, rosters[h], me=h, identity=ids[h], secrets=secrets[h], inbox=inbox,
             coordinator_key=coordinator.public_key(), unmasked_attempt=1, masked_attempt=1)
         if h == me:

@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg import participant as p
 from common.secagg import server as s
+from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.params import AggregationParams
 
@@ -134,7 +135,7 @@ class Cohort:
         def record(attempt: int) -> None:
             m.unmasked = attempt
 
-        return p.answer_unmask(
+        return answer_unmask(
             request, m.roster or self.check(name), me=name, identity=m.identity,
             secrets=m.secrets, coordinator_key=self.coordinator.public_key(),
             acks=s.neighbour_acks(self.server_roster(), name, self.uploads)
@@ -153,7 +154,7 @@ class Cohort:
 
     def recover(self, name: str, request: SignedMessage, inbox=None) -> SignedMessage:
         m = self.members[name]
-        return p.answer_recover(
+        return answer_recover(
             request, m.roster or self.check(name), me=name, identity=m.identity,
             secrets=m.secrets, inbox=self.inbox(name) if inbox is None else inbox,
             coordinator_key=self.coordinator.public_key(), unmasked_attempt=m.unmasked,

@@ -16,6 +16,7 @@ from secagg_kit import DIGEST, Cohort
 
 from common.secagg import participant as p
 from common.secagg import server as s
+from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.graph import (
     GRAPH_FAILURE,
     MaskingGraph,
@@ -260,12 +261,12 @@ def test_a_roster_switched_after_masking_changes_no_neighbours_the_member_refuse
     request = s.build_request(cohort.server_roster(), len(switched.names), cohort.coordinator)
     m = cohort.members[me]
     with pytest.raises(RoundRefused, match="another roster than the one this member masked"):
-        p.answer_unmask(request, switched, me=me, identity=m.identity, secrets=m.secrets,
-                        acks="", coordinator_key=cohort.coordinator.public_key(),
-                        params=cohort.params, unmasked_attempt=None, masked_attempt=1,
-                        record=lambda a: None, masked_roster=masked_under)
+        answer_unmask(request, switched, me=me, identity=m.identity, secrets=m.secrets,
+                      acks="", coordinator_key=cohort.coordinator.public_key(),
+                      params=cohort.params, unmasked_attempt=None, masked_attempt=1,
+                      record=lambda a: None, masked_roster=masked_under)
     recover = s.build_recover(cohort.server_roster(), [others[0]], cohort.coordinator)
     with pytest.raises(RoundRefused, match="another roster than the one this member masked"):
-        p.answer_recover(recover, switched, me=me, identity=m.identity, secrets=m.secrets,
-                         inbox={}, coordinator_key=cohort.coordinator.public_key(),
-                         unmasked_attempt=1, masked_attempt=1, masked_roster=masked_under)
+        answer_recover(recover, switched, me=me, identity=m.identity, secrets=m.secrets,
+                       inbox={}, coordinator_key=cohort.coordinator.public_key(),
+                       unmasked_attempt=1, masked_attempt=1, masked_roster=masked_under)
