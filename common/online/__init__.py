@@ -9,6 +9,7 @@
   (the baseline), and the projections and centring both learners use.
 - :mod:`common.online.accounting`: the per-record (and so per-stream) privacy charge.
 - :mod:`common.online.params`: the signed config's online section, its schedule and charge.
+- :mod:`common.online.noise`: the memoised gradient noise of each learner family.
 - :mod:`common.online.schedule`: a schedule window's single release (padding, the batch).
 - :mod:`common.online.wire`: the gradient release and online model on the wire.
 """

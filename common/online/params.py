@@ -40,7 +40,6 @@ and is never below the truth.
 
 from __future__ import annotations
 
-import functools
 import math
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -62,14 +61,14 @@ from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal
 from common.delta_floor import check_delta
 from common.online.ftrl import FTRLConfig, ftrl_rows
 from common.online.learner import OnlineConfig, centred_rows
+from common.online.noise import online_factor_noise, online_noise, online_tree_noise
 from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
 from common.params import omit_at_defaults
 
 if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
     from common.noise.gradient import GradientNoise
 
-__all__ = ["OnlineParams", "online_factor_noise", "online_noise", "online_tree_noise",
-           "to_ball"]
+__all__ = ["OnlineParams", "to_ball"]
 
 _FTRL_DEFAULTS = {"algorithm": "ftrl", "clip": 0.5, "eta": 0.01, "bias": 0.25, "leaf": 10,
                   "tree_leaves": 64, "prefix": "sqrt", "horizon": 256}
@@ -269,34 +268,3 @@ def to_ball(X: NDArray[np.floating], lo: NDArray[np.floating], hi: NDArray[np.fl
     span = np.where(high > low, high - low, 1.0)
     Z = np.hstack([2 * (np.clip(rows, low, high) - low) / span - 1, np.ones((len(rows), 1))])
     return np.asarray(Z * (radius / math.sqrt(Z.shape[1])), dtype=np.float64)
-
-
-@functools.lru_cache(maxsize=16)
-def online_tree_noise(clip: float, epsilon: float, delta: float, leaves: int) -> GradientNoise:
-    """Memoised :func:`common.online.tree.tree_noise`."""
-    from common.online.tree import tree_noise
-
-    noise = tree_noise(clip, epsilon, delta, leaves)
-    _ = noise.scale
-    return noise
-
-
-@functools.lru_cache(maxsize=16)
-def online_factor_noise(clip: float, epsilon: float, delta: float, horizon: int
-                        ) -> GradientNoise:
-    """Memoised :func:`common.online.factor.factor_noise`."""
-    from common.online.factor import factor_noise
-
-    noise = factor_noise(clip, epsilon, delta, horizon)
-    _ = noise.scale
-    return noise
-
-
-@functools.lru_cache(maxsize=16)
-def online_noise(radius: float, epsilon: float, delta: float) -> GradientNoise:
-    """Memoised :func:`make_gradient_noise` (its scale search calls OpenDP a few dozen times)."""
-    from common.noise.gradient import make_gradient_noise
-
-    noise = make_gradient_noise(radius, epsilon, delta)
-    _ = noise.scale
-    return noise
