@@ -27,7 +27,7 @@ from common.secagg.messages import (
     raw_ed25519,
 )
 from common.secagg.params import AggregationParams
-from common.secagg.participant import _same_ref
+from common.secagg.participant import same_ref
 from common.secagg.roster import VerifiedRoster, unpack_for
 from common.secagg.shares import ShareOpenError, open_share
 from common.secagg.wire import ACK_BYTES, sign_frame, verify_ack
@@ -62,7 +62,7 @@ def answer_unmask(
     coordinator cannot change the member's graph neighbours after it masked.
     """
     request = open_message(signed, "request", RequestBody, coordinator_key)
-    _same_ref(request, roster.body, "unmask request")
+    same_ref(request, roster.body, "unmask request")
     _masked_under(roster, masked_roster)
     if request.roster_digest != roster.digest:
         raise RoundRefused("unmask request names another roster")
@@ -121,7 +121,7 @@ def answer_recover(
     Only for the attempt this member itself helped unmask (so a recovered seed can only
     complete the one sum it agreed to), and only for roster members other than itself."""
     request = open_message(signed, "recover", RecoverBody, coordinator_key)
-    _same_ref(request, roster.body, "recover request")
+    same_ref(request, roster.body, "recover request")
     _masked_under(roster, masked_roster)
     if request.roster_digest != roster.digest:
         raise RoundRefused("recover request names another roster")

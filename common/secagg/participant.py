@@ -40,6 +40,7 @@ __all__ = [
     "make_advert",
     "check_roster",
     "mask_upload",
+    "same_ref",
     "share_key",
     "raw_public",
 ]
@@ -52,7 +53,8 @@ def make_advert(
     return make_advert_frame(ref, name, identity, raw_public(secrets.round_key), secrets.self_seed)
 
 
-def _same_ref(body: RoundRef, ref: RoundRef, what: str) -> None:
+def same_ref(body: RoundRef, ref: RoundRef, what: str) -> None:
+    """Refuse ``body`` (a roster or a request) that names another round or attempt."""
     if body.ref() != ref.ref():
         raise RoundRefused(
             f"{what} is for {body.round_id}, expected {ref.round_id}: replayed or out of order"
@@ -72,7 +74,7 @@ def verify_roster(
     """Every check on a roster that does not depend on who reads it (``identities``: the
     certified members' identity keys, from the verified membership certificate)."""
     body = open_message(signed, "roster", RosterBody, coordinator_key)
-    _same_ref(body, ref, "roster")
+    same_ref(body, ref, "roster")
     if body.config_digest != config_digest:
         raise RoundRefused("roster names another study config; fetch and verify the config")
     if (body.modulus_bits, body.degree, body.threshold) != (
