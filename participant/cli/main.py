@@ -53,7 +53,7 @@ EXIT_BUDGET, EXIT_UNAVAILABLE, EXIT_REFUSED, EXIT_STREAM_CAP = 5, 6, 7, 8
 def exit_code(exc: BaseException) -> int:
     """Map an error to the documented exit code."""
     if isinstance(exc, BudgetExceeded):
-        from participant.online.engine import StreamCapReached  # heavy: imported on use
+        from participant.online.charge import StreamCapReached  # imported on use
 
         return EXIT_STREAM_CAP if isinstance(exc, StreamCapReached) else EXIT_BUDGET
     if isinstance(exc, CoordinatorRefused):

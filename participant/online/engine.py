@@ -6,15 +6,16 @@ scored (margin against the current global weights, plus the LSH/grid models when
 has them), and a private query rule decides whether the reviewer labels it.
 
 Learning follows the signed config's public schedule: calendar windows of ``window_slots``
-slots. A window's charge is reserved in the participant ledger (both caps checked) *before*
-its first query decision; a cap that refuses it stops the stream (:class:`StreamCapReached`)
-before any decision or noise of that window. When the window ends (the injectable clock says
-so), its unused slots are padded with empty records and exactly one release is made: the
-window's queried slots as one batch (:func:`common.online.schedule.window_batch`): DP-FTRL adds
-it as a leaf of this member's tree and releases the prefix increment (tree kept in the store),
-FLMB noises it once; stored, then sent; retries re-send the same bytes. Records beyond the
-window's slots are scored with the current models and never learnt from. A window in which
-no record arrived is charged and released like any other: skipping it would reveal it.
+slots. A window's charge is reserved in the participant ledger (both caps checked) *before* its
+first query decision (:mod:`participant.online.charge`); a cap that refuses it stops the stream
+(``StreamCapReached``) before any decision or noise of that window. When the window ends (the
+injectable clock says so), its unused slots are padded with empty records and exactly one
+release is made: the window's queried slots as one batch
+(:func:`common.online.schedule.window_batch`): DP-FTRL adds it as a leaf of this member's tree
+and releases the prefix increment (tree kept in the store), FLMB noises it once; stored, then
+sent; retries re-send the same bytes. Records beyond the window's slots are scored with the
+current models and never learnt from. A window in which no record arrived is charged and
+released like any other: skipping it would reveal it.
 
 Centring (the config's ``centre_window``, docs/ONLINE.md): in that window no record is queried
 and no label asked; its single release is the noisy sum of its used slots' records (unused
@@ -44,34 +45,23 @@ from numpy.typing import NDArray
 
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
-from common.errors import BudgetExceeded, ConfigError
+from common.errors import ConfigError
 from common.online.factor import prefix_sums
 from common.online.params import OnlineParams, to_ball
 from common.online.query import bernoulli
 from common.online.schedule import centre_batch, window_batch
 from common.online.wire import CENTRE_FIXED, OnlineGradientCreate, decode_vector, encode_vector
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.online.notes import OPEN, cap_fix, window_key
+from participant.online.charge import StreamConfigChanged, reserve_window
+from participant.online.notes import window_key
 from participant.online.store import StreamStore
 from participant.release.flow import Charge
 from participant.release.ledger import Ledger
 
+__all__ = ["Scored", "Streamer"]
+
 Vector = NDArray[np.float64]
 Refetch = Callable[[], tuple[StudyConfig, str]]
-
-
-class StreamCapReached(BudgetExceeded):
-    """The next window's charge does not fit a cap: the stream stopped before drawing."""
-
-
-class StreamConfigChanged(ConfigError):
-    """The study's online section changed: this stream's state cannot continue under it."""
-
-
-def _budget(value: object, default: PrivacyBudget | None = None) -> PrivacyBudget:
-    if isinstance(value, PrivacyBudget):
-        return value
-    return default or PrivacyBudget.zero()
 
 
 @dataclass(frozen=True)
@@ -181,32 +171,12 @@ class Streamer:
         self.store.open_window(window)
 
     def _charge(self, window: int, key: str) -> None:
-        """Reserve the window in the local ledger, after checking both caps. The window's
-        release is drawn when it ends and kept by the stream store, which sends it: the
-        ledger marks the charge ``kept`` (:mod:`participant.release.ledger`)."""
+        """Reserve the window in the local ledger after checking both caps
+        (:func:`participant.online.charge.reserve_window`)."""
         charge = Charge(key, self.config.study_id, self.config.version, self.digest,
                         self.cost, self.cap)
-        cost = charge.cost
-        unsent = len(self.store.stored_releases()) + 1  # the coordinator charges on receipt
-        there = self.client.budget()
-        owed = PrivacyBudget.from_units(*(u * unsent for u in cost.to_units()))
-        where = "the coordinator's"
-        try:
-            if not owed.fits_within(there.remaining):
-                raise BudgetExceeded(
-                    f"the coordinator's ledger has {there.remaining} left of your cap there",
-                    spent=there.spent, asked=owed, cap=there.cap)
-            where = "your local"
-            charge.reserve(self.ledger)
-        except BudgetExceeded as exc:
-            raise StreamCapReached(
-                f"privacy cap reached: schedule window {window} of this stream costs {cost} "
-                f"and does not fit {where} cap ({exc}). The stream stopped before deciding or "
-                f"noising any record of it; its position is kept. {cap_fix(cost)}",
-                spent=_budget(exc.context.get("spent")), asked=cost,
-                cap=_budget(exc.context.get("cap"), self.cap)) from exc
-        self.ledger.mark(key, "kept", detail=f"stream window {window}: charged once for its "
-                         f"slots, {OPEN}")
+        reserve_window(charge, window, unsent=len(self.store.stored_releases()),
+                       client=self.client, ledger=self.ledger)
 
     def _close(self, window: int) -> None:
         """The window ended: pad, form its one batch, noise it once, store it, send it."""

@@ -19,7 +19,8 @@ from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.online import OnlineParams
 from common.online.wire import encode_vector
 from participant.client import CoordinatorBudget, CoordinatorClient, CoordinatorRefused
-from participant.online.engine import StreamCapReached, StreamConfigChanged, Streamer
+from participant.online.charge import StreamCapReached, StreamConfigChanged
+from participant.online.engine import Streamer
 from participant.online.store import StreamStore
 from participant.release.ledger import Ledger
 
