@@ -146,6 +146,17 @@ class CoordinatorClient(RetryingHttp):
         self.request("POST", f"/v1/studies/{study}/rounds/{number}/{step}", content=body,
                      headers={"Content-Type": content_type})
 
+    def get_beacon(self, study: str) -> str | None:
+        """``GET /v1/studies/{study}/rounds/beacon`` -> BeaconPending JSON text, or None
+        (404: no attempt waits for the consortium's beacon)."""
+        resp = self.request("GET", f"/v1/studies/{study}/rounds/beacon", ok=(200, 404))
+        return resp.text if resp.status_code == 200 else None
+
+    def post_beacon(self, study: str, number: int, body: bytes) -> dict[str, Any]:
+        """``POST /v1/studies/{study}/rounds/{number}/beacon`` (BeaconCreate JSON)."""
+        resp = self.request("POST", f"/v1/studies/{study}/rounds/{number}/beacon", content=body)
+        return resp.json()  # type: ignore[no-any-return]
+
     def get_cohorts(self, study: str) -> dict[str, Any]:
         """``GET /v1/studies/{study}/cohorts`` -> the cohort run's state (and model when done)."""
         return self.request("GET", f"/v1/studies/{study}/cohorts").json()  # type: ignore[no-any-return]

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from common.config import StudyConfig
 from common.secagg import participant as proto
 from common.secagg.answers import answer_recover, answer_unmask
+from common.secagg.beacon import verify_beacon
 from common.secagg.identity import sign_identity_proof
 from common.secagg.membership import MembershipBody, sign_membership, verify_membership
 from common.secagg.messages import RoundRef, SignedMessage, b64e
@@ -81,11 +82,15 @@ class Hospital:
             st.membership, env.consortium.public_key(), study=self.study,
             params=env.config.aggregation, now=datetime.now(UTC),
         )
+        beacon = None
+        if env.config.aggregation.needs_beacon:  # as participant.secagg.checks does
+            beacon = verify_beacon(st.beacon, self.ref(st), st.roster.digest(),
+                                   env.consortium.public_key())
         return proto.check_roster(
             st.roster, me=self.e.name, my_advert=self.advert(st),
             coordinator_key=env.key, ref=self.ref(st), params=env.config.aggregation,
             config_digest=env.digest, modulus_bits=env.config.secure_modulus_bits(),
-            identities=certified.members, adverts=st.adverts,
+            identities=certified.members, adverts=st.adverts, beacon=beacon,
         )
 
     def masked(self, st, env) -> bytes:

@@ -8,10 +8,11 @@ a random permutation of the roster's ``R`` members, instead of all ``R - 1`` oth
 ``SHA-256("fedod-secagg/graph/1" NUL roster digest)``: the roster digest is the SHA-256 of the
 coordinator-signed roster (round, attempt, every member's advert with its fresh X25519 key),
 so neither the coordinator nor a member chooses a neighbour, and every member who holds the
-roster computes the same graph. A coordinator can still *grind*: sign many candidate rosters
+roster computes the same graph. A coordinator could still *grind*: sign many candidate rosters
 (other subsets of the members that posted keys, or colluders' adverts re-drawn) and keep one
-it likes; every bound below is per signed roster, so ``W`` candidates raise it to ``W`` times
-as much (docs/TRUST.md).
+it likes; every bound below is per drawn graph. So wherever the bound is not 0 the seed also
+takes the consortium key's signature over the roster digest (:mod:`common.secagg.beacon`),
+which the coordinator cannot predict and gets at most ``A`` of per round (docs/TRUST.md).
 
 **The graph.** Members sit on a cycle in permuted order; each is a neighbour of the ``k / 2``
 nearest on either side (``k`` even, so every member has exactly ``k`` neighbours and the graph
@@ -44,6 +45,8 @@ from fractions import Fraction
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from common.secagg.beacon import beacon_seed
 
 __all__ = [
     "GRAPH_FAILURE",
@@ -112,21 +115,27 @@ def graph_delta(n: int, dropouts: int, colluders: int) -> Fraction:
     return max(disconnect_bound(r, colluders, k) for r in range(max(n - dropouts, 2), n + 1))
 
 
-def graph_seed(roster_digest: str) -> bytes:
+def graph_seed(roster_digest: str, beacon: bytes | None = None) -> bytes:
+    """The ChaCha20 key of the cycle order: from the roster digest, and in a beacon study
+    from the consortium's signature over it too (:func:`common.secagg.beacon.beacon_seed`)."""
+    if beacon is not None:
+        return beacon_seed(roster_digest, beacon)
     return hashlib.sha256(b"fedod-secagg/graph/1\x00" + bytes.fromhex(roster_digest)).digest()
 
 
 class MaskingGraph:
-    """The graph over ``names`` (sorted roster names) for the roster ``roster_digest``."""
+    """The graph over ``names`` (sorted roster names) for the roster ``roster_digest`` (and
+    its consortium ``beacon`` signature, in a beacon study)."""
 
-    def __init__(self, names: list[str], roster_digest: str, degree: int) -> None:
+    def __init__(self, names: list[str], roster_digest: str, degree: int,
+                 beacon: bytes | None = None) -> None:
         self.names = names
         size = len(names)
         self.complete = degree >= size - 1
         self.degree = size - 1 if self.complete else degree
         if not self.complete and (degree < 2 or degree % 2):
             raise ValueError(f"a sparse masking graph has an even degree >= 2, got {degree}")
-        stream = Cipher(algorithms.ChaCha20(graph_seed(roster_digest), bytes(16)),
+        stream = Cipher(algorithms.ChaCha20(graph_seed(roster_digest, beacon), bytes(16)),
                         mode=None).encryptor().update(bytes(8 * size))
         keys = np.frombuffer(stream, dtype="<u8")
         self._order = np.argsort(keys, kind="stable")  # cycle position -> roster index

@@ -103,12 +103,14 @@ def check_roster(
     modulus_bits: int,
     identities: dict[str, str],
     adverts: str,
+    beacon: bytes | None = None,
 ) -> VerifiedRoster:
     """:func:`verify_roster` (members named by a bitmap over the certificate, so every one is
     certified), plus: I am in it, and each of my graph neighbours' advert frames (``adverts``,
     packed in neighbour order, served beside the roster) verifies under the identity key the
     consortium certified for it. An honest member signs one advert per attempt, so the keys I
-    mask with are my neighbours' own whatever the coordinator does."""
+    mask with are my neighbours' own whatever the coordinator does. ``beacon``: the verified
+    consortium signature seeding a beacon study's graph (common.secagg.beacon)."""
     roster = verify_roster(
         signed,
         coordinator_key=coordinator_key,
@@ -120,12 +122,13 @@ def check_roster(
     )
     if me not in roster.names:
         raise RoundRefused(f"roster does not name {me}")
+    roster = VerifiedRoster(roster.body, roster.digest, roster.names, {}, beacon)
     frames = unpack_for(roster, me, adverts, ADVERT_TAIL, frame_header("advert", ref))
     if frames is None:
         raise RoundRefused(f"the coordinator did not serve the adverts of {me}'s "
                            f"{roster.graph.degree} graph neighbours")
     members = read_adverts(roster.body, {**frames, me: my_advert}, identities)
-    return VerifiedRoster(roster.body, roster.digest, roster.names, members)
+    return VerifiedRoster(roster.body, roster.digest, roster.names, members, beacon)
 
 
 def mask_upload(

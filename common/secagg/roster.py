@@ -27,16 +27,18 @@ __all__ = ["VerifiedRoster", "to_bitmap", "from_bitmap", "adverts_digest", "read
 @dataclass(frozen=True)
 class VerifiedRoster:
     """A roster whose signature, size and member set have been checked; ``members`` holds the
-    verified adverts of those the reader needs."""
+    verified adverts of those the reader needs; ``beacon``, in a beacon study, the verified
+    consortium signature over its digest (:mod:`common.secagg.beacon`) that seeds the graph."""
 
     body: RosterBody
     digest: str
     names: list[str]
     members: dict[str, AdvertBody]
+    beacon: bytes | None = None
 
     @functools.cached_property
     def graph(self) -> MaskingGraph:
-        return MaskingGraph(self.names, self.digest, self.body.degree)
+        return MaskingGraph(self.names, self.digest, self.body.degree, self.beacon)
 
     def holders(self, owner: str) -> list[str]:
         """``owner``'s graph neighbours: they hold its seed's shares (in its masked frame's

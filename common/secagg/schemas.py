@@ -10,13 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.secagg.membership import SignedMembership
 from common.secagg.messages import B64, SignedMessage
 
-__all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus"]
+__all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus",
+           "BeaconPending", "BeaconCreate"]
 
 RoundStatus = Literal[
-    "keys", "masking", "unmask", "recover", "done", "restarted", "abandoned", "rejected"
+    "keys", "beacon", "masking", "unmask", "recover", "done", "restarted", "abandoned",
+    "rejected"
 ]
-"""``rejected``: the revealed sum failed :func:`common.secagg.checks.check_secure_sum` and was
-not merged (``detail`` says why); like ``abandoned``, the round is over and the next opens."""
+"""``beacon`` (studies whose masking graph needs one only, common.secagg.beacon): the roster
+is signed and waits for the consortium's beacon signature before members mask. ``rejected``:
+the revealed sum failed :func:`common.secagg.checks.check_secure_sum` and was not merged
+(``detail`` says why); like ``abandoned``, the round is over and the next opens."""
 
 
 class IdentityKeyCreate(BaseModel):
@@ -107,9 +111,36 @@ class RoundState(RoundPublic):
         default="", description="The caller's graph neighbours' advert frames without their "
         "11-byte headers (128 bytes each), in neighbour order (sorted by name), base85 (RFC 1924 "
         "alphabet, Python's base64.b85encode).")
+    beacon: str | None = Field(
+        default=None, description="Beacon studies, from phase masking on: the consortium "
+        "key's Ed25519 signature over the roster (common.secagg.beacon, base64), which seeds "
+        "the masking graph; a member verifies it under the key it pinned.")
     request: SignedMessage | None = None
     acks: str = Field(
         default="", description="The caller's graph neighbours' signed roster "
         "acknowledgements (64 bytes each), in neighbour order, base85.")
     inbox: dict[str, str] = Field(default_factory=dict)
     done: list[Literal["advert", "masked", "unmask", "shares"]] = Field(default_factory=list)
+
+
+class BeaconPending(BaseModel):
+    """The attempt waiting for the consortium's beacon signature, with its full signed roster
+    (``GET /v1/studies/{id}/rounds/beacon``)."""
+
+    study_id: str
+    round: int
+    attempt: int
+    roster: SignedMessage
+
+
+class BeaconCreate(BaseModel):
+    """The consortium key's beacon signature over a roster (``POST .../rounds/{n}/beacon``).
+
+    ``consortium_key`` must be the key that signed the study's stored membership certificate;
+    the coordinator checks that, then the signature under it."""
+
+    model_config = ConfigDict(extra="forbid")
+    attempt: int = Field(strict=True, ge=1, le=10_000)
+    roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    signature: B64 = Field(min_length=88, max_length=88)
+    consortium_key: B64 = Field(min_length=44, max_length=44)

@@ -24,6 +24,9 @@ def describe(rnd: Any) -> str:
     text = (f"round {rnd.round} attempt {rnd.attempt}: {rnd.status}; expected "
             f"{len(rnd.expected)} ({', '.join(rnd.expected)}); roster {rnd.cohort}, masked "
             f"{rnd.masked}, unmasked {rnd.survivors}")
+    if rnd.status == "beacon":
+        text += ("; waits for the consortium's beacon signature of the roster (the DPO runs "
+                 f"'fedod-consortium beacon --study {rnd.study_id} ...')")
     return text + (f"; {rnd.detail}" if rnd.detail else "")
 
 

@@ -1,4 +1,5 @@
-"""ORM tables of secure aggregation rounds (migrations 0004_secagg, 0012_membership)."""
+"""ORM tables of secure aggregation rounds (migrations 0004_secagg, 0012_membership,
+0013_beacon)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Round(Base):
     expected: Mapped[str] = mapped_column(Text)  # JSON list of participant names
     roster: Mapped[str | None] = mapped_column(Text, nullable=True)  # SignedMessage JSON
     request: Mapped[str | None] = mapped_column(Text, nullable=True)
+    beacon: Mapped[str | None] = mapped_column(String(88), nullable=True)  # common.secagg.beacon
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

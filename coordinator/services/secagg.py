@@ -1,6 +1,9 @@
 """Secure aggregation rounds: a thin state machine around :mod:`common.secagg.server`.
 
     keys ──(every expected advert, or admin advance with >= n - D)──► masking
+    (beacon studies only: keys ──► beacon ──(the consortium's beacon signature)──► masking,
+     coordinator.services.secagg_beacon; attempts above common.secagg.beacon.BEACON_ATTEMPTS
+     are never opened: the round is abandoned instead)
     masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
     masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
     unmask ──(admin advance: >= threshold answers)──► recover; fewer ──► abandoned
@@ -28,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from common.errors import Conflict, NotFound
 from common.secagg import server
+from common.secagg.beacon import BEACON_ATTEMPTS
 from common.secagg.messages import RoundRefused, b64e
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Member, Participant, Study
@@ -36,7 +40,7 @@ from coordinator.services import secagg_phases as phases
 from coordinator.services import secagg_store as store
 
 log = logging.getLogger("fedod.secagg")
-OPEN = ("keys", "masking", "unmask", "recover")
+OPEN = ("keys", "beacon", "masking", "unmask", "recover")
 
 
 def current(session: Session, study_id: str, *, lock: bool = False) -> Round:
@@ -192,6 +196,10 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
     rnd = _open_attempt(session, study, number)
     if rnd.status == "keys":
         phases.publish(session, keys, study, rnd)
+    elif rnd.status == "beacon":
+        raise Conflict(f"round {number} attempt {rnd.attempt} of {study.id!r} waits for the "
+                       "consortium's beacon signature ('fedod-consortium beacon'); nobody "
+                       "can be declared lost before the roster is final (abort ends it)")
     elif rnd.status == "masking":
         masked = sorted(store.messages(session, rnd, "masked"))
         phases.finish(
@@ -202,6 +210,11 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
         )
         if len(masked) < params.min_roster:
             rnd.status = "abandoned"
+        elif params.needs_beacon and rnd.attempt >= BEACON_ATTEMPTS:
+            rnd.status, rnd.detail = "abandoned", (
+                f"attempt {rnd.attempt} lost members before masking, and the consortium "
+                f"beacon signs at most {BEACON_ATTEMPTS} attempts per round: open the next "
+                "round")
         else:
             session.add(
                 Round(

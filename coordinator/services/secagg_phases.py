@@ -1,11 +1,13 @@
 """What ends each phase of a secure aggregation round (the state machine that calls these is
-:mod:`coordinator.services.secagg`): the roster published (keys -> masking), the recovery
+:mod:`coordinator.services.secagg`): the roster published (keys -> masking, or keys -> beacon
+in a study whose masking graph needs the consortium's beacon: :mod:`.secagg_beacon`), the recovery
 request (unmask -> recover), and the reveal: the sum unmasked, checked and merged (done), or
 the reason it was not (rejected, abandoned).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections import OrderedDict
@@ -48,7 +50,7 @@ def certified_keys(session: Session, study_id: str) -> dict[str, str]:
     return signed.body().members
 
 
-_ROSTERS: OrderedDict[tuple[int, str, str], VerifiedRoster] = OrderedDict()
+_ROSTERS: OrderedDict[tuple[int, str, str, str | None], VerifiedRoster] = OrderedDict()
 _ROSTERS_KEPT = 16
 
 
@@ -58,12 +60,14 @@ def roster_of(session: Session, rnd: Round, keys: KeyStore) -> VerifiedRoster:
     ``n`` adverts per request would cost O(n) per request and O(n^2) per round."""
     assert rnd.roster is not None
     signed = SignedMessage.model_validate_json(rnd.roster)
-    key = (rnd.id, signed.digest(), keys.key_id())
+    key = (rnd.id, signed.digest(), keys.key_id(), rnd.beacon)
     if (hit := _ROSTERS.get(key)) is not None:
         return hit
     adverts = {n: b64d(f) for n, f in store.messages(session, rnd, "advert").items()}
     verified = server.roster_of(signed, keys.private_key().public_key(), adverts,
                                 certified_keys(session, rnd.study_id))
+    if rnd.beacon is not None:  # a beacon study: the consortium's signature seeds the graph
+        verified = dataclasses.replace(verified, beacon=b64d(rnd.beacon, size=64))
     _ROSTERS[key] = verified
     while len(_ROSTERS) > _ROSTERS_KEPT:
         _ROSTERS.popitem(last=False)
@@ -94,7 +98,9 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
         degree=params.degree,
         key=keys.private_key(),
     )
-    rnd.roster, rnd.status = roster.model_dump_json(), "masking"
+    # a sparse graph that can be bad waits for the consortium's beacon (secagg_beacon)
+    rnd.roster = roster.model_dump_json()
+    rnd.status = "beacon" if params.needs_beacon else "masking"
 
 
 def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:

@@ -85,7 +85,9 @@ def round_state(
     me = participant.name
     sent = store.kinds_of(session, rnd, participant)
     mine = [k for k in ("advert", "masked", "unmask", "shares") if k in sent]
-    roster = SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None
+    # phase beacon: the roster is not final for members until the consortium signed it
+    roster = (SignedMessage.model_validate_json(rnd.roster)
+              if rnd.roster and rnd.status != "beacon" else None)
     digest = roster.digest() if roster else None
     known = digest is not None and digest == known_roster
     adverts = acks = ""
@@ -113,6 +115,7 @@ def round_state(
         roster_digest=None if known or roster is not None else digest,
         adverts=adverts,
         membership=certificate,
+        beacon=rnd.beacon if roster is not None else None,  # beacon studies only
         request=None if request is None else view.compact(request),
         acks=acks,
         inbox=inbox,

@@ -9,6 +9,7 @@ from typing import Any
 from common.config import StudyConfig
 from common.errors import ConfigError
 from common.secagg import participant as proto
+from common.secagg.beacon import verify_beacon
 from common.secagg.membership import MembershipBody, SignedMembership, verify_membership
 from common.secagg.messages import RoundRef, RoundRefused, raw_ed25519
 from common.secagg.schemas import RoundState
@@ -41,9 +42,17 @@ def check_certified_roster(
     config: StudyConfig, **fixed: Any
 ) -> proto.VerifiedRoster:
     """The roster of ``st`` checked by :func:`common.secagg.participant.check_roster`
-    against the membership certificate served with it."""
-    assert st.roster is not None
+    against the membership certificate served with it, and in a study whose masking graph
+    needs the consortium's beacon, its beacon signature under the pinned consortium key
+    (:func:`common.secagg.beacon.verify_beacon`: missing, invalid or above the attempt cap is
+    refused before anything is read)."""
+    assert st.roster is not None and config.aggregation is not None
     certified = certified_members(st.membership, consortium_key, ref.study_id, config,
                                   datetime.now(UTC))
+    beacon = None
+    if config.aggregation.needs_beacon:
+        assert consortium_key is not None  # certified_members refused without one
+        beacon = verify_beacon(st.beacon, ref, st.roster.digest(), raw_ed25519(consortium_key))
     return proto.check_roster(st.roster, my_advert=advert, ref=ref,
-                              identities=certified.members, adverts=st.adverts, **fixed)
+                              identities=certified.members, adverts=st.adverts, beacon=beacon,
+                              **fixed)

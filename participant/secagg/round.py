@@ -5,8 +5,10 @@ Order of operations (each step durable before the next)::
     verify config, consortium key pinned ─► per attempt: fresh X25519 keys (stored) ─► signed
     advert, posted at once (it does not depend on the data) ─► verify roster: coordinator's
     signature, and every member certified by the consortium's membership certificate under
-    the identity key the roster lists, at least max(n - D, h_min) of them (refused before
-    anything is read, drawn or charged) ─► local ledger check + reserve ─► exact counts (LSH
+    the identity key the roster lists, at least max(n - D, h_min) of them, and (beacon
+    studies, whose sparse graph can be bad) the consortium's beacon signature over the
+    roster, which seeds the masking graph (refused before anything is read, drawn or
+    charged) ─► local ledger check + reserve ─► exact counts (LSH
     tables, then the dense grid if the study has one), clipped to the public max_records; if
     the data cannot be read (or has no rows) the counts are zeros: a noise-only vector goes on
     through the round exactly like any other, and the command exits 3 afterwards ─►
@@ -202,7 +204,7 @@ def run_secure_round(
                         degree=params.degree, threshold=params.threshold)
             took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
             if st is None or (number is None and not took_part
-                              and st.status not in ("keys", "masking", "unmask")):
+                              and st.status not in ("keys", "beacon", "masking", "unmask")):
                 if agent.clock() > give_up:
                     raise TimeoutError(no_open_round(study, params.open_rounds, wait))
                 agent.sleep(pacing.next(_seen(st)))

@@ -8,7 +8,10 @@ Each cohort (m LSH tables, sample size 16, epsilon 0.1, D = T = 5 % of n) runs o
 process with the real protocol code (``common.secagg``): adverts, the roster (a bitmap over
 the certified members), every member's roster check and masked frame, the unmask request,
 5 % of the members lost after masking (their seeds recovered from their graph neighbours'
-shares) and the reveal, checked to equal the exact sum of the vectors. n = 10,000 is beyond
+shares) and the reveal, checked to equal the exact sum of the vectors. Where the graph can be
+bad (n = 1,000 and 10,000 here) the roster carries the consortium's beacon signature
+(common.secagg.beacon): every member verifies it in its roster check, and the states from
+masking on carry it. n = 10,000 is beyond
 the config's 1,000-member limit: its parameters are built without the config's validation
 (in-process protocol only). The other members' vectors are random integers (their noise
 would cost sampler time, not protocol time); the measured member draws its real noise share.
@@ -32,6 +35,7 @@ so it also answers the recover request):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from decimal import Decimal
@@ -52,8 +56,9 @@ from common.secagg import participant as p  # noqa: E402
 from common.secagg import server as s  # noqa: E402
 from common.secagg import view  # noqa: E402
 from common.secagg.answers import answer_recover, answer_unmask  # noqa: E402
+from common.secagg.beacon import sign_beacon, verify_beacon  # noqa: E402
 from common.secagg.graph import disconnect_bound  # noqa: E402
-from common.secagg.messages import RoundRef, b64e  # noqa: E402
+from common.secagg.messages import RoundRef, b64d, b64e  # noqa: E402
 from common.secagg.params import AggregationParams, modulus_bits  # noqa: E402
 from common.secagg.schemas import RoundState  # noqa: E402
 
@@ -91,17 +96,17 @@ def _state(n: int, me: str, status: str, **fields: object) -> int:
     return len(state.model_dump_json(exclude_defaults=True))
 
 
-def _bytes(me: str, n: int, signed, sroster, adverts, uploads, request, answers,
+def _bytes(me: str, n: int, signed, sroster, adverts, uploads, request, answers, beacon,
            recover=None, inbox=None, shares=None) -> tuple[int, int]:
     """(sent, read) of ``me``: its frames, and one read of each round state it needs."""
     sent = len(adverts[me]) + len(uploads[me]) + len(answers[me])
-    read = (_state(n, me, "masking", roster=signed,
+    read = (_state(n, me, "masking", roster=signed, beacon=beacon,
                    adverts=s.neighbour_adverts(sroster, me, adverts), done=["advert"])
-            + _state(n, me, "unmask", request=request,
+            + _state(n, me, "unmask", request=request, beacon=beacon,
                      acks=s.neighbour_acks(sroster, me, uploads), done=["advert", "masked"]))
     if shares is not None:
         sent += len(shares)
-        read += _state(n, me, "recover", request=recover,
+        read += _state(n, me, "recover", request=recover, beacon=beacon,
                        inbox=inbox, done=["advert", "masked", "unmask"])
     return sent, read
 
@@ -122,6 +127,10 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
                             modulus_bits=k, threshold=params.threshold, degree=params.degree,
                             key=coordinator)
     sroster = s.roster_of(signed, coordinator.public_key(), adverts, identities)
+    beacon, consortium = None, Ed25519PrivateKey.generate()
+    if params.needs_beacon:  # the consortium's signature seeds the graph
+        beacon = sign_beacon(ref, signed.digest(), consortium)
+        sroster = dataclasses.replace(sroster, beacon=b64d(beacon))
     lost = sorted(rng.choice(names, size=max(1, round(0.05 * n)), replace=False).tolist())
     me = next(x for x in sroster.holders(lost[0]) if x not in lost)
     check = dict(coordinator_key=coordinator.public_key(), ref=ref, params=params,
@@ -137,7 +146,9 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
         t1 = time.process_time()
         p.make_advert(ref, x, ids[x], secrets[x])
         near = s.neighbour_adverts(sroster, x, adverts)
-        rosters[x] = p.check_roster(signed, me=x, my_advert=adverts[x], adverts=near, **check)
+        raw = beacon and verify_beacon(beacon, ref, signed.digest(), consortium.public_key())
+        rosters[x] = p.check_roster(signed, me=x, my_advert=adverts[x], adverts=near,
+                                    beacon=raw or None, **check)
         uploads[x] = p.mask_upload(rosters[x], me=x, identity=ids[x], secrets=secrets[x],
                                    noisy=vectors[x])
         if x == me:
@@ -170,7 +181,8 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
             cpu["recover"] = time.process_time() - t0
 
     t0 = time.process_time()  # the coordinator: check every answer, then reveal
-    again = s.roster_of(signed, coordinator.public_key(), adverts, identities)
+    again = dataclasses.replace(s.roster_of(signed, coordinator.public_key(), adverts,
+                                            identities), beacon=sroster.beacon)
     seeds = {x: s.accept_unmask(a, again, name=x, identity=ids[x].public_key())
              for x, a in answers.items()}
     shares = {h: s.accept_shares(msg, again, name=h, identity=ids[h].public_key(), missing=lost)
@@ -179,7 +191,7 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
     reveal = time.process_time() - t0
     assert np.array_equal(total, np.sum(list(vectors.values()), axis=0)), "masks did not cancel"
 
-    common = (n, signed, sroster, adverts, uploads, request, answers)
+    common = (n, signed, sroster, adverts, uploads, request, answers, beacon)
     mine = s.build_recover(sroster, s.helped(sroster, me, lost), coordinator)  # as served
     sent, read = _bytes(me, *common, mine, inboxes[me], shares_msgs[me])
     other = next(x for x in names if x not in lost and x not in inboxes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,7 @@ class Cohort:
     members: dict[str, Member] = field(default_factory=dict)
     roster: SignedMessage | None = None
     uploads: dict[str, bytes] = field(default_factory=dict)
+    beacon: bytes | None = None  # a beacon study's verified signature (common.secagg.beacon)
 
     @classmethod
     def make(cls, n: int, *, max_dropouts: int = 0, max_colluders: int = 1, k: int = 32, attempt=1):
@@ -83,6 +85,7 @@ class Cohort:
             modulus_bits=self.k,
             identities=self.identities(),
             adverts=self.served(name, roster or self.roster),
+            beacon=self.beacon,
         )
         return m.roster
 
@@ -94,6 +97,7 @@ class Cohort:
         try:
             sroster = s.roster_of(roster, self.coordinator.public_key(), frames,
                                   self.identities())
+            sroster = dataclasses.replace(sroster, beacon=self.beacon)
             return s.neighbour_adverts(sroster, name, frames)
         except (ValueError, KeyError):
             return ""
@@ -111,8 +115,9 @@ class Cohort:
         return frame
 
     def server_roster(self) -> p.VerifiedRoster:
-        return s.roster_of(self.roster, self.coordinator.public_key(),
-                           {n: m.advert for n, m in self.members.items()}, self.identities())
+        roster = s.roster_of(self.roster, self.coordinator.public_key(),
+                             {n: m.advert for n, m in self.members.items()}, self.identities())
+        return dataclasses.replace(roster, beacon=self.beacon)
 
     def accept(self, uploads: dict[str, bytes], n_cells: int):
         """name -> the masked words the coordinator accepted (the frames are kept)."""

@@ -7,7 +7,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 
 from common.secagg.membership import SignedMembership
-from common.secagg.schemas import IdentityKeyCreate, RoundPublic, RoundState
+from common.secagg.schemas import (
+    BeaconCreate,
+    BeaconPending,
+    IdentityKeyCreate,
+    RoundPublic,
+    RoundState,
+)
 from common.secagg.wire import OCTET_STREAM
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import (
@@ -18,7 +24,7 @@ from coordinator.api.deps import (
     StudyMember,
     StudyReader,
 )
-from coordinator.services import secagg, secagg_auto, secagg_store, secagg_views
+from coordinator.services import secagg, secagg_auto, secagg_beacon, secagg_store, secagg_views
 from coordinator.services.secagg_phases import secure_params
 
 router = APIRouter(tags=["secure aggregation"], route_class=AuthFirstRoute)
@@ -144,6 +150,24 @@ FRAME_DOC = {
         "content": {OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}}},
     }
 }
+
+
+@router.get("/studies/{study_id}/rounds/beacon")
+def beacon_pending(study_id: str, session: SessionDep) -> BeaconPending:
+    """The attempt waiting for the consortium's beacon signature, with its full signed roster
+    (no credential: the consortium key holder is not a participant, and a roster names its
+    members by a bitmap over the certificate only; 404, one answer, otherwise)."""
+    return secagg_beacon.pending(session, study_id)
+
+
+@router.post("/studies/{study_id}/rounds/{number}/beacon")
+def post_beacon(number: int, study_id: str, body: BeaconCreate, session: SessionDep
+                ) -> RoundPublic:
+    """The consortium key's beacon signature over the waiting attempt's roster (no
+    credential: it must verify under the key that signed the study's membership certificate;
+    422 otherwise). The attempt moves on to masking."""
+    rnd = secagg_beacon.accept_beacon(session, study_id, number, body)
+    return secagg_views.round_public(session, rnd)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/{step}", openapi_extra=FRAME_DOC)

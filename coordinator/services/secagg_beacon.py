@@ -1,0 +1,104 @@
+"""The beacon phase of a secure round (studies whose masking graph needs one only).
+
+    keys ──(roster signed)──► beacon ──(the consortium's beacon signature)──► masking
+
+The consortium key holder (``fedod-consortium beacon``) reads the attempt waiting here with its
+full signed roster (:func:`pending`) and posts its Ed25519 signature over it
+(:func:`accept_beacon`, :mod:`common.secagg.beacon`). The coordinator does not hold the
+consortium key and has no copy of its public half beside the membership certificate; the post
+names the key, which must verify the study's stored certificate (so it is the key members
+pinned, or the round could not run anyway), and the signature must verify under it. Members
+verify it again under their own pinned key before they read any data.
+"""
+
+from __future__ import annotations
+
+from cryptography.exceptions import InvalidSignature
+from sqlalchemy.orm import Session
+
+from common.errors import Conflict, NotFound, SignatureInvalid
+from common.secagg.beacon import verify_beacon
+from common.secagg.membership import CONTEXT
+from common.secagg.messages import RoundRefused, SignedMessage, b64d, raw_ed25519
+from common.secagg.schemas import BeaconCreate, BeaconPending
+from coordinator.db.secagg import Round
+from coordinator.db.tables import Study
+from coordinator.services import secagg_store as store
+from coordinator.services.secagg import current
+from coordinator.services.secagg_phases import ref
+from coordinator.services.studies import study_config
+
+__all__ = ["pending", "accept_beacon"]
+
+
+def _waiting(study_id: str) -> NotFound:
+    """One answer for an unknown study and for one with no attempt waiting (these routes take
+    no credential: they must not tell who asks which study ids exist)."""
+    return NotFound(f"no attempt of {study_id!r} waits for a beacon signature")
+
+
+def _beacon_study(session: Session, study_id: str) -> Study:
+    study = session.get(Study, study_id)
+    if study is None:
+        raise _waiting(study_id)
+    config = study_config(study)
+    if config.aggregation is None or not config.aggregation.needs_beacon:
+        raise _waiting(study_id)
+    return study
+
+
+def pending(session: Session, study_id: str) -> BeaconPending:
+    """The current attempt of a beacon study if it waits for the beacon; 404 otherwise."""
+    study = _beacon_study(session, study_id)
+    try:
+        rnd = current(session, study.id)
+    except NotFound:
+        raise _waiting(study_id) from None
+    if rnd.status != "beacon" or rnd.roster is None:
+        raise _waiting(study_id)
+    return BeaconPending(study_id=study.id, round=rnd.number, attempt=rnd.attempt,
+                         roster=SignedMessage.model_validate_json(rnd.roster))
+
+
+def _consortium_key(session: Session, study_id: str, text: str) -> None:
+    """Refuse a key that did not sign the study's stored membership certificate."""
+    signed = store.membership(session, study_id)
+    if signed is None:
+        raise Conflict(f"study {study_id!r} has no membership certificate")
+    try:
+        raw_ed25519(text).verify(b64d(signed.signature),
+                                 CONTEXT + signed.payload.encode("utf-8"))
+    except (InvalidSignature, ValueError) as exc:
+        raise SignatureInvalid(
+            "consortium_key did not sign this study's membership certificate: post the "
+            "beacon with the consortium key that certified the members") from exc
+
+
+def accept_beacon(session: Session, study_id: str, number: int, body: BeaconCreate) -> Round:
+    """Store the beacon signature of the waiting attempt and open masking; the same signature
+    again is a no-op (a retry). 404 no beacon study, 409 out of phase or another roster, 422 a
+    key or signature that does not verify."""
+    study = _beacon_study(session, study_id)
+    try:
+        rnd = current(session, study.id, lock=True)
+    except NotFound:
+        raise _waiting(study_id) from None
+    if (rnd.number, rnd.attempt) != (number, body.attempt):
+        raise RoundRefused(f"round {number} attempt {body.attempt} is not the current attempt "
+                           f"(round {rnd.number} attempt {rnd.attempt})")
+    if rnd.beacon is not None and rnd.beacon == body.signature:
+        return rnd
+    if rnd.status != "beacon" or rnd.roster is None:
+        raise RoundRefused(f"round {number} attempt {rnd.attempt} is in phase {rnd.status!r}, "
+                           "not 'beacon': beacon refused")
+    digest = SignedMessage.model_validate_json(rnd.roster).digest()
+    if body.roster_digest != digest:
+        raise RoundRefused("the beacon names another roster than this attempt's")
+    _consortium_key(session, study.id, body.consortium_key)
+    try:
+        verify_beacon(body.signature, ref(rnd), digest, raw_ed25519(body.consortium_key))
+    except RoundRefused as exc:
+        raise SignatureInvalid(exc.message) from exc
+    rnd.beacon, rnd.status = body.signature, "masking"
+    session.commit()
+    return rnd

@@ -1,0 +1,149 @@
+"""The beacon phase of a secure round (coordinator.services.secagg_beacon): a study whose sparse
+masking graph can be bad waits after its roster for the consortium's beacon signature."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from coordinator_kit import ADMIN
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from secagg_honest import honest_vector
+from secagg_http import Env, Hospital
+
+from common.secagg.beacon import BEACON_ATTEMPTS, sign_beacon
+from common.secagg.messages import RoundRef, SignedMessage, b64e
+
+N, D, T = 57, 1, 22  # the smallest cohort with D >= 1 whose graph can be bad (k = 22)
+
+
+@pytest.fixture
+def beacon_round(client, make_participant, coord_kit):
+    """A secure study of n = 57 (D = 1, T = 22), every member's keys posted: phase beacon."""
+    people = [make_participant(f"h{i:02d}", delta_cap="1e-9") for i in range(N)]
+    spec = coord_kit.study_spec("sec", n_tables=3, epsilon_lsh="0.5")
+    spec["aggregation"] = {"mode": "secure", "cohort_size": N, "max_dropouts": D,
+                           "max_colluders": T}
+    r = client.post("/v1/studies", json=spec, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    for p in people:
+        client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
+    env = Env(client, r.json()["config"])
+    assert env.config.aggregation.needs_beacon
+    rng = np.random.default_rng(5)
+    hospitals = [Hospital(client, p, "sec", honest_vector(env.config, rng)) for p in people]
+    assert env.certify(client, hospitals, ADMIN).status_code == 200
+    assert client.post("/v1/studies/sec/rounds", headers=ADMIN).status_code == 201
+    for h in hospitals:
+        h.send("keys", h.state(), h.advert(h.state()))
+    return env, hospitals
+
+
+def _pending(client):
+    r = client.get("/v1/studies/sec/rounds/beacon")  # no credential: the key holder has none
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _beacon(env, pending, key=None, **update):
+    roster = SignedMessage.model_validate(pending["roster"])
+    ref = RoundRef(study_id="sec", round=pending["round"], attempt=pending["attempt"])
+    key = key or env.consortium
+    body = {"attempt": ref.attempt, "roster_digest": roster.digest(),
+            "signature": sign_beacon(ref, roster.digest(), key),
+            "consortium_key": b64e(env.consortium.public_key().public_bytes_raw())}
+    return {**body, **update}
+
+
+def test_the_round_waits_for_the_beacon_then_masks_with_its_graph_and_reveals(client,
+                                                                               beacon_round):
+    env, hs = beacon_round
+    st = hs[0].state()
+    assert (st.status, st.roster, st.beacon) == ("beacon", None, None)  # nothing to mask yet
+    pending = _pending(client)
+    assert (pending["round"], pending["attempt"]) == (1, 1)
+    body = _beacon(env, pending)
+    for _ in range(2):  # a retry of the same signature is a no-op
+        r = client.post("/v1/studies/sec/rounds/1/beacon", json=body)
+        assert (r.status_code, r.json()["status"]) == (200, "masking"), r.text
+    assert client.get("/v1/studies/sec/rounds/beacon").status_code == 404
+    st = hs[0].state()
+    assert st.beacon == body["signature"] and st.roster is not None
+    for h in hs:
+        h.send("masked", h.state(), h.masked(h.state(), env))
+    for h in hs:
+        h.send("unmask", h.state(), h.unmask(h.state(), env))
+    rounds = client.get("/v1/studies/sec/rounds", headers=ADMIN).json()
+    assert [(r["status"], r["cohort"]) for r in rounds] == [("done", N)]
+    budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
+    charged = Decimal(budget["h00"]["delta_spent"])
+    assert charged == env.config.aggregation.graph_delta == env.config.release_cost().delta
+    assert charged > 0 and BEACON_ATTEMPTS == 4
+
+
+def test_bad_beacon_posts_are_refused_with_4xx_and_the_round_keeps_waiting(client,
+                                                                           beacon_round):
+    env, hs = beacon_round
+    pending = _pending(client)
+    other = Ed25519PrivateKey.generate()
+    cases = [
+        (_beacon(env, pending, other), 422, "does not verify under the consortium key"),
+        (_beacon(env, pending, other, consortium_key=b64e(other.public_key().public_bytes_raw())),
+         422, "did not sign this study's membership certificate"),
+        (_beacon(env, pending, roster_digest="cd" * 32), 409, "another roster"),
+        (_beacon(env, pending, attempt=2), 409, "not the current attempt"),
+        (_beacon(env, pending, signature="!" * 88), 422, ""),
+        ({**_beacon(env, pending), "extra": 1}, 422, ""),
+    ]
+    for body, code, detail in cases:
+        r = client.post("/v1/studies/sec/rounds/1/beacon", json=body)
+        assert r.status_code == code and detail in r.text, (body, r.text)
+    r = client.post("/v1/studies/sec/rounds/2/beacon", json=_beacon(env, pending))
+    assert r.status_code == 409 and "not the current attempt" in r.json()["detail"]
+    r = client.post("/v1/studies/nope/rounds/1/beacon", json=_beacon(env, pending))
+    assert r.json() == {"detail": "no attempt of 'nope' waits for a beacon signature"}
+    r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    assert r.status_code == 409 and "waits for the consortium's beacon" in r.json()["detail"]
+    assert hs[0].state().status == "beacon" and _pending(client) == pending
+
+
+def test_no_attempt_above_the_cap_is_opened(client, beacon_round, monkeypatch):
+    """Lost before masking in the last attempt the beacon signs: abandoned, not restarted."""
+    monkeypatch.setattr("coordinator.services.secagg.BEACON_ATTEMPTS", 1)
+    env, hs = beacon_round
+    assert client.post("/v1/studies/sec/rounds/1/beacon",
+                       json=_beacon(env, _pending(client))).status_code == 200
+    for h in hs[1:]:
+        h.send("masked", h.state(), h.masked(h.state(), env))
+    r = client.post("/v1/studies/sec/rounds/1/advance", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["attempt"]) == ("abandoned", 1)
+    assert "signs at most 1 attempts per round" in r.json()["detail"]
+
+
+def test_a_study_whose_graph_cannot_be_bad_has_no_beacon_phase(client, make_participant,
+                                                                 coord_kit):
+    people = [make_participant(f"h{i}") for i in range(4)]
+    spec = coord_kit.study_spec("small", n_tables=3)
+    spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
+                           "max_colluders": 1}
+    r = client.post("/v1/studies", json=spec, headers=ADMIN)
+    for p in people:
+        client.post("/v1/studies/small/members", json={"participant": p.name}, headers=ADMIN)
+    env = Env(client, r.json()["config"])
+    hs = [Hospital(client, p, "small", np.zeros(env.config.secure_cells, dtype=np.int64))
+          for p in people]
+    env.certify(client, hs, ADMIN)
+    client.post("/v1/studies/small/rounds", headers=ADMIN)
+    for h in hs:
+        h.send("keys", h.state(), h.advert(h.state()))
+    served = client.get("/v1/studies/small/rounds/current", headers=hs[0].e.headers).json()
+    assert served["status"] == "masking" and "beacon" not in served
+    for path in ("/v1/studies/small/rounds/beacon", "/v1/studies/nope/rounds/beacon"):
+        r = client.get(path)  # one answer: no study-existence oracle without a credential
+        assert r.status_code == 404 and "waits for a beacon signature" in r.json()["detail"]
+    pending = {"round": 1, "attempt": 1, "roster": {"kind": "roster", "payload": "{}",
+                                                    "signature": ""}}
+    r = client.post("/v1/studies/small/rounds/1/beacon", json=_beacon(env, pending))
+    assert r.status_code == 404
