@@ -1,5 +1,5 @@
 """``fedod-consortium beacon``'s decisions and record (participant.cli.consortium_beacon); the
-command against a real coordinator is tests/integration/test_secagg_beacon.py."""
+command against a real coordinator is tests/integration/test_beacon_round.py."""
 
 from __future__ import annotations
 
