@@ -3,6 +3,7 @@ functions (any client with ``get``/``post``: FastAPI's TestClient or an ``httpx.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +20,18 @@ from common.secagg.schemas import RoundState
 from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM
 from common.signing import SignedConfig, public_key_from_pem
+
+
+@dataclass
+class Member:
+    """An enrolled participant as the tests drive it: its name and bearer token."""
+
+    name: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
 
 class Hospital:

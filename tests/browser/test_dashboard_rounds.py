@@ -4,29 +4,17 @@ that revealed the sum, and an open round."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import httpx
 import numpy as np
 import pytest
 from secagg_honest import honest_vector
-from secagg_http import Env, Hospital
+from secagg_http import Env, Hospital, Member
 from test_dashboard_pages import _login
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 FIELDS = ("study_id", "round", "attempt", "mode", "status", "cohort", "masked", "survivors",
           "recovered_by", "detail")
-
-
-@dataclass
-class Member:
-    name: str
-    token: str
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
 
 
 def drive_rounds(server, coord_kit) -> list[dict]:

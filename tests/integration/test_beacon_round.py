@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -22,7 +21,7 @@ import httpx
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_honest import honest_vector
-from secagg_http import Env, Hospital
+from secagg_http import Env, Hospital, Member
 
 from common.encoding import EncodedCounts, decode_counts
 from common.secagg.membership import MembershipBody, sign_membership
@@ -33,16 +32,6 @@ BIN = Path(sys.executable).parent
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]
 N, D, T = 57, 1, 22
 REAL = 2
-
-
-@dataclass
-class Member:
-    name: str
-    token: str
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
