@@ -14,10 +14,13 @@ coordinator cannot compute when it chooses the roster:
 The study id cannot contain NUL (:data:`common.params.StudyId`), so the message is unambiguous.
 The consortium key holder signs at most one roster per (study, round, attempt) and no attempt
 above :data:`BEACON_ATTEMPTS` (:func:`decide`; ``fedod-consortium beacon`` keeps the record), so
-the coordinator gets at most ``A`` draws of the graph per round and a release is charged
-``A * graph_delta`` (:attr:`AggregationParams.graph_delta`). A member verifies the signature
-under the consortium key it pinned at enrolment, and refuses an attempt above ``A``, before it
-reads any data (:func:`verify_beacon`).
+the coordinator gets at most ``A`` draws of the graph per round. A round it aborts before anyone
+masks costs nobody anything, so draws are also counted per member across rounds
+(:mod:`common.secagg.draws`): a member masks only under one of at most ``G`` draws including
+it since its last masked release, and a release is charged ``G`` times the per-graph bound
+(:attr:`AggregationParams.graph_delta`). A member verifies the signature under the consortium
+key it pinned at enrolment, and refuses an attempt above ``A``, before it reads any data
+(:func:`verify_beacon`).
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ def _check_attempt(ref: RoundRef) -> None:
     if ref.attempt > BEACON_ATTEMPTS:
         raise RoundRefused(
             f"attempt {ref.attempt} of round {ref.round}: the consortium beacon signs at most "
-            f"{BEACON_ATTEMPTS} attempts per round (each is a fresh draw of the masking graph, "
-            f"and the release is charged for {BEACON_ATTEMPTS}); the round must be abandoned")
+            f"{BEACON_ATTEMPTS} attempts per round (each is a fresh draw of the masking "
+            "graph); the round must be abandoned")
 
 
 def verify_beacon(signature: str | None, ref: RoundRef, roster_digest: str,
@@ -96,6 +99,11 @@ class BeaconRecord:
     attempt: int
     roster_digest: str
     signature: str
+    members: tuple[str, ...] = ()
+    """The roster's members (common.secagg.draws counts, per member, the rosters that name it)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", tuple(self.members))  # a JSON list, read back
 
 
 def decide(records: Iterable[BeaconRecord], ref: RoundRef, roster_digest: str

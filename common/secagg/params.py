@@ -12,7 +12,8 @@ are fixed when the study is created and signed, hence
   neighbours in the round's masking graph (:mod:`common.secagg.graph`, SecAgg+), k the smallest
   even degree whose honest-disconnection bound is at most ``2**-40`` (complete for small n);
   where that bound is not 0 the graph is drawn from the consortium's beacon signature over the
-  roster (:mod:`common.secagg.beacon`), at most ``A = 4`` draws per round, charged ``A`` times;
+  roster (:mod:`common.secagg.beacon`), at most ``G = 8`` draws including a member between two
+  of its masked releases (:mod:`common.secagg.draws`), charged ``G`` times;
 - ``threshold`` t: Shamir threshold of a self-mask seed among the k neighbours,
   ``min(T + D, floor(k (T + D) / (n - 2D - T))) + 1``. Two attempts of one round are never
   both revealed: the earlier one needs, for each of the at least ``n - 2D - T`` honest members
@@ -40,7 +41,7 @@ from pydantic import (
 )
 
 from common.params import omit_at_defaults
-from common.secagg.beacon import BEACON_ATTEMPTS
+from common.secagg.draws import BEACON_DRAWS
 from common.secagg.graph import graph_degree, graph_delta, share_threshold
 
 __all__ = ["AggregationParams", "modulus_bits", "NOISE_TAIL_NATS"]
@@ -162,15 +163,16 @@ class AggregationParams(BaseModel):
     @property
     def graph_delta(self) -> Decimal:
         """Probability bound, per round, that the masking graph leaves the honest members
-        disconnected: :data:`~common.secagg.beacon.BEACON_ATTEMPTS` times the per-graph bound
-        (:func:`common.secagg.graph.graph_delta`; the coordinator gets at most that many draws
-        of the graph per round), rounded up to a multiple of 1e-18: added to the delta of every
+        disconnected: :data:`~common.secagg.draws.BEACON_DRAWS` times the per-graph bound
+        (:func:`common.secagg.graph.graph_delta`; a member masks only under one of at most that
+        many beacon draws including it since its last masked release, whatever rounds the
+        coordinator aborted), rounded up to a multiple of 1e-18: added to the delta of every
         secure release (0 for the complete graph and whenever the colluders are fewer than the
         degree: no beacon, one draw that cannot be bad)."""
         if self.mode != "secure" or self.cohort_size is None:
             return Decimal(0)
         bound = graph_delta(self.cohort_size, self.max_dropouts, self.max_colluders)
-        return Decimal(math.ceil(BEACON_ATTEMPTS * bound * 10**18)) / Decimal(10**18)
+        return Decimal(math.ceil(BEACON_DRAWS * bound * 10**18)) / Decimal(10**18)
 
     @property
     def threshold(self) -> int:

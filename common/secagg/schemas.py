@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.secagg.membership import SignedMembership
-from common.secagg.messages import B64, SignedMessage
+from common.secagg.messages import B64, Name, SignedMessage
 
 __all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus",
-           "BeaconPending", "BeaconCreate"]
+           "BeaconPending", "BeaconCreate", "BeaconDraw"]
 
 RoundStatus = Literal[
     "keys", "beacon", "masking", "unmask", "recover", "done", "restarted", "abandoned",
@@ -61,6 +61,15 @@ class RoundPublic(BaseModel):
     detail: str | None = None
     created_at: datetime
     finished_at: datetime | None
+
+
+class BeaconDraw(BaseModel):
+    """One member's draw count in a roster and the consortium key's signature over its
+    statement (:func:`common.secagg.draws.draw_message`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    count: int = Field(strict=True, ge=1, le=2**62)
+    signature: B64 = Field(min_length=88, max_length=88)
 
 
 class RoundState(RoundPublic):
@@ -115,6 +124,10 @@ class RoundState(RoundPublic):
         default=None, description="Beacon studies, from phase masking on: the consortium "
         "key's Ed25519 signature over the roster (common.secagg.beacon, base64), which seeds "
         "the masking graph; a member verifies it under the key it pinned.")
+    draw: BeaconDraw | None = Field(
+        default=None, description="Beacon studies, from phase masking on: the caller's own "
+        "draw count signed by the consortium key (common.secagg.draws); a member masks only "
+        "if it is at most BEACON_DRAWS above the count of its last masked release.")
     request: SignedMessage | None = None
     acks: str = Field(
         default="", description="The caller's graph neighbours' signed roster "
@@ -144,3 +157,7 @@ class BeaconCreate(BaseModel):
     roster_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     signature: B64 = Field(min_length=88, max_length=88)
     consortium_key: B64 = Field(min_length=44, max_length=44)
+    draws: dict[Name, BeaconDraw] = Field(
+        default_factory=dict, max_length=1000,
+        description="Per roster member (exactly the roster's members): its draw count and "
+        "the consortium key's signature over it (common.secagg.draws).")

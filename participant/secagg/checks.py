@@ -10,11 +10,12 @@ from common.config import StudyConfig
 from common.errors import ConfigError
 from common.secagg import participant as proto
 from common.secagg.beacon import verify_beacon
+from common.secagg.draws import check_gap, verify_draw
 from common.secagg.membership import MembershipBody, SignedMembership, verify_membership
 from common.secagg.messages import RoundRef, RoundRefused, raw_ed25519
 from common.secagg.schemas import RoundState
 
-__all__ = ["certified_members", "check_certified_roster"]
+__all__ = ["certified_members", "check_certified_roster", "check_own_draw"]
 
 
 def certified_members(
@@ -37,15 +38,32 @@ def certified_members(
                              params=config.aggregation, now=now)
 
 
+def check_own_draw(st: RoundState, ref: RoundRef, me: str, key: str, last: int | None
+                   ) -> None:
+    """The member's own draw statement (common.secagg.draws) verified under the pinned
+    consortium key ``key``; with ``last`` (``c_last``, when it is about to mask), a draw
+    more than :data:`~common.secagg.draws.BEACON_DRAWS` after it is refused."""
+    assert st.roster is not None
+    if st.draw is None:
+        raise RoundRefused(
+            f"the coordinator served no beacon draw count for {me} in {ref.round_id}: this "
+            "study's masking releases are charged per draw; nothing was read or sent")
+    verify_draw(ref, st.roster.digest(), me, st.draw.count, st.draw.signature,
+                raw_ed25519(key))
+    if last is not None:
+        check_gap(st.draw.count, last, ref, me)
+
+
 def check_certified_roster(
     st: RoundState, advert: bytes, ref: RoundRef, *, consortium_key: str | None,
-    config: StudyConfig, **fixed: Any
+    config: StudyConfig, last_draw: int | None = None, **fixed: Any
 ) -> proto.VerifiedRoster:
     """The roster of ``st`` checked by :func:`common.secagg.participant.check_roster`
     against the membership certificate served with it, and in a study whose masking graph
     needs the consortium's beacon, its beacon signature under the pinned consortium key
     (:func:`common.secagg.beacon.verify_beacon`: missing, invalid or above the attempt cap is
-    refused before anything is read)."""
+    refused before anything is read) and the member's own draw count (:func:`check_own_draw`,
+    ``last_draw``: ``c_last`` when it is about to mask)."""
     assert st.roster is not None and config.aggregation is not None
     certified = certified_members(st.membership, consortium_key, ref.study_id, config,
                                   datetime.now(UTC))
@@ -53,6 +71,7 @@ def check_certified_roster(
     if config.aggregation.needs_beacon:
         assert consortium_key is not None  # certified_members refused without one
         beacon = verify_beacon(st.beacon, ref, st.roster.digest(), raw_ed25519(consortium_key))
+        check_own_draw(st, ref, fixed["me"], consortium_key, last_draw)
     return proto.check_roster(st.roster, my_advert=advert, ref=ref,
                               identities=certified.members, adverts=st.adverts, beacon=beacon,
                               **fixed)

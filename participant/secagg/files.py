@@ -51,11 +51,14 @@ class RoundFiles:
         path = self.root / f"attempt-{attempt}.roster"
         return path.read_text() if path.exists() else None
 
-    def masked_frame(self, attempt: int, roster_digest: str, make: Callable[[], bytes]
-                     ) -> bytes:
+    def masked_frame(self, attempt: int, roster_digest: str, make: Callable[[], bytes],
+                     draw: int | None = None) -> bytes:
         """The attempt's stored masked frame, made first if absent, with the digest of the
-        roster it was made under stored (fsync) before the frame."""
+        roster it was made under stored (fsync) before the frame, and in a beacon study the
+        draw count it masks under (``draw``, :func:`record_draw`)."""
         def made() -> bytes:
+            if draw is not None:
+                record_draw(self.root.parent.parent, draw)
             write_private(self.root / f"attempt-{attempt}.roster", roster_digest.encode())
             return make()
         return self.frame(f"attempt-{attempt}.masked", made)
@@ -79,6 +82,22 @@ class RoundFiles:
         if not path.exists():
             write_private(path, make())
         return path.read_bytes()
+
+
+DRAW = "beacon-draw"
+"""In the study's state directory: the beacon's draw count of the last roster this member
+masked under (common.secagg.draws; 0 before its first)."""
+
+
+def last_draw(study_dir: Path) -> int:
+    """``c_last``: the draw count this member last masked under in the study (0 at first)."""
+    path = study_dir / DRAW
+    return int(path.read_text()) if path.exists() else 0
+
+
+def record_draw(study_dir: Path, count: int) -> None:
+    """Store (fsync) ``count`` as ``c_last`` before the masked frame is made; never lowered."""
+    write_private(study_dir / DRAW, str(max(count, last_draw(study_dir))).encode())
 
 
 def identity_key(agent: Agent) -> Ed25519PrivateKey:

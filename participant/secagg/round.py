@@ -49,7 +49,7 @@ from participant.client import CoordinatorClient
 from participant.options import DataOptions
 from participant.release import policy
 from participant.secagg.checks import certified_members, check_certified_roster
-from participant.secagg.files import RoundFiles, register_identity
+from participant.secagg.files import RoundFiles, last_draw, register_identity
 from participant.secagg.vector import default_noise_share, noisy_vector, raise_if_substituted
 from participant.state import write_private
 
@@ -242,7 +242,9 @@ def run_secure_round(
                 if stop_after == "keys":
                     return {"stopped_after": "keys", "round": number}
             elif st.status == "masking" and "masked" not in st.done:
-                roster = check(st, advert, ref)  # certified: only now is anything read
+                study_dir = rounds_dir.parent
+                roster = check(st, advert, ref, last_draw=last_draw(study_dir))  # only now is
+                # anything read: certified, and in a beacon study a draw within G of the last
                 anchor = agent.clock()
                 noisy = noisy_vector(agent, study, number, config, data, options, noise_share,
                                       files)
@@ -250,7 +252,8 @@ def run_secure_round(
                     proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
                     noisy=noisy, unmasked_attempt=files.unmasked(),
                 )
-                masked = files.masked_frame(st.attempt, roster.digest, make)
+                masked = files.masked_frame(st.attempt, roster.digest, make,
+                                            st.draw.count if st.draw else None)
                 send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
                 if (pause := send_at - agent.clock()) > 0:
                     agent.sleep(pause)

@@ -19,11 +19,12 @@ from common.secagg.beacon import (
     sign_beacon,
     verify_beacon,
 )
+from common.secagg.draws import BEACON_DRAWS, sign_draw
 from common.secagg.graph import MaskingGraph, graph_seed
 from common.secagg.membership import MembershipBody, sign_membership
 from common.secagg.messages import RoundRef, RoundRefused, b64d, b64e
 from common.secagg.params import AggregationParams
-from common.secagg.schemas import RoundState
+from common.secagg.schemas import BeaconDraw, RoundState
 from participant.secagg.checks import check_certified_roster
 
 REF = RoundRef(study_id="s1", round=3, attempt=2)
@@ -112,15 +113,21 @@ def beacon_study():
     return cohort, roster, sign_membership(body, consortium), consortium, config
 
 
-def _member_checks(beacon_study, signature, name="h00"):
+def member_checks(beacon_study, signature, name="h00", draw="valid", last=None):
+    """The member's checks of the served state; ``draw`` its draw statement (default: a
+    valid count of 1), ``last`` its ``c_last`` (None: not about to mask)."""
     cohort, roster, membership, consortium, config = beacon_study
+    if draw == "valid":
+        draw = BeaconDraw(count=1, signature=sign_draw(cohort.ref, roster.digest(), name, 1,
+                                                       consortium))
     st = RoundState(round=1, attempt=1, status="masking", roster=roster, membership=membership,
-                    adverts=cohort.served(name, roster), beacon=signature)
+                    adverts=cohort.served(name, roster), beacon=signature, draw=draw)
     return check_certified_roster(
         st, cohort.members[name].advert, cohort.ref, consortium_key=b64e(
             consortium.public_key().public_bytes_raw()), config=config, me=name,
         coordinator_key=cohort.coordinator.public_key(), params=cohort.params,
-        config_digest=DIGEST, modulus_bits=cohort.k)
+        config_digest=DIGEST, modulus_bits=cohort.k, last_draw=last)
+
 
 
 def test_a_member_masks_with_the_neighbours_the_beacon_draws(beacon_study):
@@ -128,7 +135,7 @@ def test_a_member_masks_with_the_neighbours_the_beacon_draws(beacon_study):
     signature = sign_beacon(cohort.ref, roster.digest(), consortium)
     cohort.beacon = b64d(signature)
     try:
-        checked = _member_checks(beacon_study, signature)
+        checked = member_checks(beacon_study, signature)
     finally:
         cohort.beacon = None
     assert checked.beacon == b64d(signature)
@@ -146,7 +153,7 @@ def test_a_member_refuses_a_bad_or_missing_beacon_before_reading_anything(beacon
     digest = "cd" * 32 if how == "other roster" else roster.digest()
     signature = None if how == "missing" else sign_beacon(ref, digest, key)
     with pytest.raises(RoundRefused, match="beacon"):
-        _member_checks(beacon_study, signature)
+        member_checks(beacon_study, signature)
 
 
 def test_a_beaconed_round_reveals_the_sum():
@@ -156,3 +163,44 @@ def test_a_beaconed_round_reveals_the_sum():
     rng = np.random.default_rng(7)
     vectors = {n: rng.integers(-50, 50, size=6) for n in cohort.members}
     np.testing.assert_array_equal(cohort.run(vectors), sum(vectors.values()))
+
+
+@pytest.mark.parametrize("how", ["missing", "other member", "other count", "other key",
+                                 "other roster"])
+def test_a_member_refuses_a_draw_statement_not_its_own_under_the_pinned_key(beacon_study, how):
+    cohort, roster, _, consortium, _ = beacon_study
+    signature = sign_beacon(cohort.ref, roster.digest(), consortium)
+    key = Ed25519PrivateKey.generate() if how == "other key" else consortium
+    member = "h01" if how == "other member" else "h00"
+    digest = "cd" * 32 if how == "other roster" else roster.digest()
+    draw = BeaconDraw(count=2, signature=sign_draw(cohort.ref, digest, member, 2, key))
+    if how == "other count":
+        draw = BeaconDraw(count=3, signature=draw.signature)
+    if how == "missing":
+        with pytest.raises(RoundRefused, match="served no beacon draw count for h00"):
+            member_checks(beacon_study, signature, draw=None)
+        return
+    with pytest.raises(RoundRefused, match="draw count .* does not verify"):
+        member_checks(beacon_study, signature, draw=draw)
+
+
+def test_a_member_masks_within_g_draws_of_its_last_release_and_refuses_beyond(beacon_study):
+    cohort, roster, _, consortium, _ = beacon_study
+    signature = sign_beacon(cohort.ref, roster.digest(), consortium)
+    cohort.beacon = b64d(signature)
+
+    def at(count, last):
+        draw = BeaconDraw(count=count, signature=sign_draw(cohort.ref, roster.digest(), "h00",
+                                                           count, consortium))
+        return member_checks(beacon_study, signature, draw=draw, last=last)
+    try:
+        assert at(BEACON_DRAWS, 0).beacon == b64d(signature)  # a first release: gap = count
+        assert at(3 + BEACON_DRAWS, 3).beacon == b64d(signature)
+        assert at(5, 5).beacon == b64d(signature)  # the same draw again (a re-sent frame)
+        for count, last in [(BEACON_DRAWS + 1, 0), (4 + BEACON_DRAWS, 3)]:
+            with pytest.raises(RoundRefused, match="aborted too many draws including this "
+                               "member since its last release.*nothing was read or sent"):
+                at(count, last)
+        assert at(100, None).beacon == b64d(signature)  # unmask phase: verified, no gap check
+    finally:
+        cohort.beacon = None

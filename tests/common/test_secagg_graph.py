@@ -169,15 +169,16 @@ def test_a_lost_member_with_too_few_answering_neighbours_is_unrecoverable():
 
 
 def test_the_graph_failure_probability_is_charged_as_delta():
-    """A sparse graph whose bound is above 0 adds A times it (A = BEACON_ATTEMPTS draws of the
-    graph per round; rounded up to 1e-18) to the delta of every secure release; the complete
+    """A sparse graph whose bound is above 0 adds G times it (G = BEACON_DRAWS draws including
+    a member between two of its releases; rounded up to 1e-18) to the delta of every secure
+    release; the complete
     graph, or colluders fewer than the degree, add 0."""
     from common.config import FeatureSpec, PrivacyParams, new_study_config
-    from common.secagg.beacon import BEACON_ATTEMPTS
+    from common.secagg.draws import BEACON_DRAWS
     from common.secagg.params import AggregationParams
 
     feats = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(3)]
-    for (n, d, t), delta in [((1000, 50, 50), "3.33186E-13"), ((100, 5, 5), "0"),
+    for (n, d, t), delta in [((1000, 50, 50), "6.66371E-13"), ((100, 5, 5), "0"),
                              ((20, 2, 2), "0")]:
         params = AggregationParams(mode="secure", cohort_size=n, max_dropouts=d,
                                    max_colluders=t)
@@ -186,7 +187,7 @@ def test_the_graph_failure_probability_is_charged_as_delta():
         cost = config.release_cost()
         assert cost.delta == params.graph_delta == Decimal(delta)
         assert params.needs_beacon == (delta != "0")
-        bound = BEACON_ATTEMPTS * disconnect_bound(n - d, t, params.degree)
+        bound = BEACON_DRAWS * disconnect_bound(n - d, t, params.degree)
         assert Decimal(float(bound)) <= cost.delta < Decimal(float(bound)) + Decimal("1e-18")
 
 
