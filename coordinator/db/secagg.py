@@ -36,6 +36,7 @@ class Round(Base):
     roster: Mapped[str | None] = mapped_column(Text, nullable=True)  # SignedMessage JSON
     request: Mapped[str | None] = mapped_column(Text, nullable=True)
     beacon: Mapped[str | None] = mapped_column(String(88), nullable=True)  # common.secagg.beacon
+    draws: Mapped[str | None] = mapped_column(Text, nullable=True)  # common.secagg.draws JSON
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -7,20 +7,26 @@ full signed roster (:func:`pending`) and posts its Ed25519 signature over it
 (:func:`accept_beacon`, :mod:`common.secagg.beacon`). The coordinator does not hold the
 consortium key and has no copy of its public half beside the membership certificate; the post
 names the key, which must verify the study's stored certificate (so it is the key members
-pinned, or the round could not run anyway), and the signature must verify under it. Members
-verify it again under their own pinned key before they read any data.
+pinned, or the round could not run anyway), and the signature must verify under it, as must
+the draw count statements it posts with it, exactly one per roster member
+(:mod:`common.secagg.draws`); each member is served only its own (:func:`member_draw`).
+Members verify both again under their own pinned key before they read any data.
 """
 
 from __future__ import annotations
+
+import json
 
 from cryptography.exceptions import InvalidSignature
 from sqlalchemy.orm import Session
 
 from common.errors import Conflict, NotFound, SignatureInvalid
 from common.secagg.beacon import verify_beacon
-from common.secagg.membership import CONTEXT
-from common.secagg.messages import RoundRefused, SignedMessage, b64d, raw_ed25519
-from common.secagg.schemas import BeaconCreate, BeaconPending
+from common.secagg.draws import verify_draw
+from common.secagg.membership import CONTEXT, SignedMembership
+from common.secagg.messages import RosterBody, RoundRefused, SignedMessage, b64d, raw_ed25519
+from common.secagg.roster import from_bitmap
+from common.secagg.schemas import BeaconCreate, BeaconDraw, BeaconPending
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study
 from coordinator.services import secagg_store as store
@@ -28,7 +34,7 @@ from coordinator.services.secagg import current
 from coordinator.services.secagg_phases import ref
 from coordinator.services.studies import study_config
 
-__all__ = ["pending", "accept_beacon"]
+__all__ = ["pending", "accept_beacon", "member_draw"]
 
 
 def _waiting(study_id: str) -> NotFound:
@@ -60,8 +66,8 @@ def pending(session: Session, study_id: str) -> BeaconPending:
                          roster=SignedMessage.model_validate_json(rnd.roster))
 
 
-def _consortium_key(session: Session, study_id: str, text: str) -> None:
-    """Refuse a key that did not sign the study's stored membership certificate."""
+def _consortium_key(session: Session, study_id: str, text: str) -> SignedMembership:
+    """The study's stored membership certificate; refuse a key that did not sign it."""
     signed = store.membership(session, study_id)
     if signed is None:
         raise Conflict(f"study {study_id!r} has no membership certificate")
@@ -72,6 +78,28 @@ def _consortium_key(session: Session, study_id: str, text: str) -> None:
         raise SignatureInvalid(
             "consortium_key did not sign this study's membership certificate: post the "
             "beacon with the consortium key that certified the members") from exc
+    return signed
+
+
+def _draws(rnd: Round, roster: SignedMessage, membership: SignedMembership,
+           body: BeaconCreate) -> str:
+    """The draw statements, one per roster member exactly, each verified under the
+    consortium key (common.secagg.draws), as stored: JSON {name: [count, signature]}."""
+    names = from_bitmap(list(membership.body().members),
+                        RosterBody.model_validate_json(roster.payload))
+    if set(body.draws) != set(names):
+        raise SignatureInvalid(
+            f"the beacon posted draw counts for {len(body.draws)} members, not for exactly "
+            f"the {len(names)} roster members")
+    key = raw_ed25519(body.consortium_key)
+    for name in names:
+        draw = body.draws[name]
+        try:
+            verify_draw(ref(rnd), body.roster_digest, name, draw.count, draw.signature, key)
+        except RoundRefused as exc:
+            raise SignatureInvalid(exc.message) from exc
+    return json.dumps({n: [body.draws[n].count, body.draws[n].signature] for n in names},
+                      separators=(",", ":"))
 
 
 def accept_beacon(session: Session, study_id: str, number: int, body: BeaconCreate) -> Round:
@@ -91,14 +119,24 @@ def accept_beacon(session: Session, study_id: str, number: int, body: BeaconCrea
     if rnd.status != "beacon" or rnd.roster is None:
         raise RoundRefused(f"round {number} attempt {rnd.attempt} is in phase {rnd.status!r}, "
                            "not 'beacon': beacon refused")
-    digest = SignedMessage.model_validate_json(rnd.roster).digest()
+    roster = SignedMessage.model_validate_json(rnd.roster)
+    digest = roster.digest()
     if body.roster_digest != digest:
         raise RoundRefused("the beacon names another roster than this attempt's")
-    _consortium_key(session, study.id, body.consortium_key)
+    membership = _consortium_key(session, study.id, body.consortium_key)
     try:
         verify_beacon(body.signature, ref(rnd), digest, raw_ed25519(body.consortium_key))
     except RoundRefused as exc:
         raise SignatureInvalid(exc.message) from exc
+    rnd.draws = _draws(rnd, roster, membership, body)
     rnd.beacon, rnd.status = body.signature, "masking"
     session.commit()
     return rnd
+
+
+def member_draw(rnd: Round, name: str) -> BeaconDraw | None:
+    """``name``'s own draw statement of ``rnd`` (beacon studies, once the beacon signed)."""
+    if rnd.draws is None:
+        return None
+    mine = json.loads(rnd.draws).get(name)
+    return None if mine is None else BeaconDraw(count=mine[0], signature=mine[1])

@@ -13,6 +13,7 @@ from coordinator.db.tables import Participant, Study
 from coordinator.keys import KeyStore
 from coordinator.services import secagg_store as store
 from coordinator.services.secagg import current
+from coordinator.services.secagg_beacon import member_draw
 from coordinator.services.secagg_phases import roster_of
 from coordinator.services.secagg_store import missing_members
 from coordinator.services.studies import study_config
@@ -116,6 +117,7 @@ def round_state(
         adverts=adverts,
         membership=certificate,
         beacon=rnd.beacon if roster is not None else None,  # beacon studies only
+        draw=member_draw(rnd, me) if roster is not None else None,  # the caller's own only
         request=None if request is None else view.compact(request),
         acks=acks,
         inbox=inbox,

@@ -13,9 +13,13 @@ posts it::
     fedod-consortium beacon --key consortium.pem --coordinator https://coord.example.org \\
         --study s1 --record beacon-record.jsonl --once
 
-A retry re-sends the recorded signature (Ed25519 signatures are deterministic anyway). The
-record is what keeps the coordinator to ``A`` draws of the graph per round: keep it with the
-key, and never run two beacons on different records for one key.
+With the roster signature it signs and posts, for each roster member, its draw count: how
+many rosters of the study this key has signed that name it (:mod:`common.secagg.draws`),
+counted from the record, which lists each signed roster's members. A retry re-sends the
+recorded signature and the same statements (Ed25519 signatures are deterministic). The record
+is what keeps the coordinator to ``A`` draws per round and each member to ``G`` draws between
+two of its releases: keep it with the key, and never run two beacons on different records for
+one key.
 """
 
 from __future__ import annotations
@@ -35,11 +39,12 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg.beacon import BeaconRecord, decide, sign_beacon
+from common.secagg.draws import draw_counts, sign_draw
 from common.secagg.membership import SignedMembership, verify_membership
 from common.secagg.messages import RosterBody, RoundRef, RoundRefused, b64e
 from common.secagg.params import AggregationParams
 from common.secagg.roster import from_bitmap
-from common.secagg.schemas import BeaconCreate, BeaconPending
+from common.secagg.schemas import BeaconCreate, BeaconDraw, BeaconPending
 from common.signing import load_private_key
 
 __all__ = ["BeaconRecordFile", "beacon_for", "add_parser"]
@@ -83,9 +88,9 @@ class BeaconRecordFile:
 
 
 def _certified_roster(pending: BeaconPending, membership: SignedMembership,
-                      key: Ed25519PrivateKey, now: datetime) -> str:
-    """The roster's digest once it is checked: for this attempt, over members of the
-    certificate this key signed, of an allowed size."""
+                      key: Ed25519PrivateKey, now: datetime) -> tuple[str, list[str]]:
+    """The roster's digest and members once it is checked: for this attempt, over members
+    of the certificate this key signed, of an allowed size."""
     body = membership.body()
     params = AggregationParams(mode="secure", cohort_size=body.cohort_size,
                                max_dropouts=body.max_dropouts, max_colluders=body.max_colluders)
@@ -104,7 +109,7 @@ def _certified_roster(pending: BeaconPending, membership: SignedMembership,
     if not floor <= len(names) <= body.cohort_size:
         raise RoundRefused(f"the roster names {len(names)} members; the certified cohort "
                            f"allows {floor} to {body.cohort_size}")
-    return pending.roster.digest()
+    return pending.roster.digest(), names
 
 
 def beacon_for(pending: BeaconPending, membership: SignedMembership, key: Ed25519PrivateKey,
@@ -112,16 +117,19 @@ def beacon_for(pending: BeaconPending, membership: SignedMembership, key: Ed2551
     """The beacon post for ``pending``: the recorded signature if this roster was signed
     before, else a new one, recorded durably first; refused (:class:`RoundRefused`) for a
     roster that is not certified, an attempt above the cap, or a second roster of an attempt."""
-    digest = _certified_roster(pending, membership, key, now)
+    digest, names = _certified_roster(pending, membership, key, now)
     ref = RoundRef(study_id=pending.study_id, round=pending.round, attempt=pending.attempt)
     with record.locked() as records:
         done = decide(records, ref, digest)
         if done is None:
             done = BeaconRecord(ref.study_id, ref.round, ref.attempt, digest,
-                                sign_beacon(ref, digest, key))
-            record.append(done)
+                                sign_beacon(ref, digest, key), tuple(names))
+            record.append(done)  # counted from now on, before any statement is sent
+        counts = draw_counts(records, done)
+    draws = {m: BeaconDraw(count=c, signature=sign_draw(ref, digest, m, c, key))
+             for m, c in counts.items()}
     return BeaconCreate(attempt=ref.attempt, roster_digest=digest, signature=done.signature,
-                        consortium_key=b64e(key.public_key().public_bytes_raw()))
+                        consortium_key=b64e(key.public_key().public_bytes_raw()), draws=draws)
 
 
 def _beacon(args: argparse.Namespace) -> dict[str, Any]:

@@ -3,6 +3,7 @@ masking graph can be bad waits after its roster for the consortium's beacon sign
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import numpy as np
@@ -12,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_honest import honest_vector
 from secagg_http import Env, Hospital
 
-from common.secagg.beacon import BEACON_ATTEMPTS, sign_beacon
+from common.secagg.beacon import sign_beacon
+from common.secagg.draws import BEACON_DRAWS, sign_draw
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 
 N, D, T = 57, 1, 22  # the smallest cohort with D >= 1 whose graph can be bad (k = 22)
@@ -46,13 +48,23 @@ def _pending(client):
     return r.json()
 
 
-def _beacon(env, pending, key=None, **update):
+NAMES = [f"h{i:02d}" for i in range(N)]  # every member posted keys: all are in the roster
+
+
+def _draws(ref, digest, key, counts):
+    return {m: {"count": c, "signature": sign_draw(ref, digest, m, c, key)}
+            for m, c in counts.items()}
+
+
+def _beacon(env, pending, key=None, counts=None, **update):
     roster = SignedMessage.model_validate(pending["roster"])
     ref = RoundRef(study_id="sec", round=pending["round"], attempt=pending["attempt"])
     key = key or env.consortium
     body = {"attempt": ref.attempt, "roster_digest": roster.digest(),
             "signature": sign_beacon(ref, roster.digest(), key),
-            "consortium_key": b64e(env.consortium.public_key().public_bytes_raw())}
+            "consortium_key": b64e(env.consortium.public_key().public_bytes_raw()),
+            "draws": _draws(ref, roster.digest(), key,
+                            counts or {m: 1 + i % 3 for i, m in enumerate(NAMES)})}
     return {**body, **update}
 
 
@@ -70,6 +82,13 @@ def test_the_round_waits_for_the_beacon_then_masks_with_its_graph_and_reveals(cl
     assert client.get("/v1/studies/sec/rounds/beacon").status_code == 404
     st = hs[0].state()
     assert st.beacon == body["signature"] and st.roster is not None
+    for h in hs[:4]:  # each member is served its own draw statement only
+        served = client.get("/v1/studies/sec/rounds/current", headers=h.e.headers).json()
+        assert served["draw"] == body["draws"][h.e.name]
+        text = json.dumps(served)
+        assert not any(d["signature"] in text for m, d in body["draws"].items()
+                       if m != h.e.name)
+    assert hs[1].state().draw.count == 2 and hs[2].state().draw.count == 3
     for h in hs:
         h.send("masked", h.state(), h.masked(h.state(), env))
     for h in hs:
@@ -79,7 +98,7 @@ def test_the_round_waits_for_the_beacon_then_masks_with_its_graph_and_reveals(cl
     budget = {b["participant"]: b for b in client.get("/v1/admin/budget", headers=ADMIN).json()}
     charged = Decimal(budget["h00"]["delta_spent"])
     assert charged == env.config.aggregation.graph_delta == env.config.release_cost().delta
-    assert charged > 0 and BEACON_ATTEMPTS == 4
+    assert charged > 0 and BEACON_DRAWS == 8
 
 
 def test_bad_beacon_posts_are_refused_with_4xx_and_the_round_keeps_waiting(client,
@@ -94,6 +113,17 @@ def test_bad_beacon_posts_are_refused_with_4xx_and_the_round_keeps_waiting(clien
         (_beacon(env, pending, roster_digest="cd" * 32), 409, "another roster"),
         (_beacon(env, pending, attempt=2), 409, "not the current attempt"),
         (_beacon(env, pending, signature="!" * 88), 422, ""),
+        (_beacon(env, pending, draws={}), 422, "not for exactly the 57 roster members"),
+        (_beacon(env, pending, counts={m: 1 for m in NAMES[1:]}), 422, "not for exactly"),
+        (_beacon(env, pending, counts={**{m: 1 for m in NAMES}, "zz": 1}), 422,
+         "not for exactly"),
+        (_beacon(env, pending, draws={**_beacon(env, pending)["draws"], "h03": {
+            "count": 7, "signature": _beacon(env, pending)["draws"]["h03"]["signature"]}}),
+         422, "draw count 7 for h03 in sec/1/1 does not verify"),
+        (_beacon(env, pending, draws={**_beacon(env, pending)["draws"], "h03": _beacon(
+            env, pending, other)["draws"]["h03"]}), 422, "for h03 in sec/1/1 does not verify"),
+        (_beacon(env, pending, draws={**_beacon(env, pending)["draws"], "h03": _beacon(
+            env, pending)["draws"]["h04"]}), 422, "for h03 in sec/1/1 does not verify"),
         ({**_beacon(env, pending), "extra": 1}, 422, ""),
     ]
     for body, code, detail in cases:

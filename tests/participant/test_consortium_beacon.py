@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from common.secagg import participant as proto
 from common.secagg import server
 from common.secagg.beacon import BEACON_ATTEMPTS, verify_beacon
+from common.secagg.draws import verify_draw
 from common.secagg.membership import MembershipBody, sign_membership
 from common.secagg.messages import RoundRef, RoundRefused, b64d, b64e
 from common.secagg.params import AggregationParams
@@ -132,3 +133,30 @@ def test_an_unreachable_address_is_a_clear_error(study, tmp_path, capsys):
                  "--study", "s1", "--membership", str(tmp_path / "m.json"), "--record",
                  str(tmp_path / "r.jsonl"), "--once"])
     assert code == 1 and "is not a URL" in capsys.readouterr().err
+
+
+def _at(cohort, number, attempt, names=None):
+    ref = RoundRef(study_id="s1", round=number, attempt=attempt)
+    return BeaconPending(study_id="s1", round=number, attempt=attempt,
+                         roster=cohort.publish(ref, names))
+
+
+def test_draw_counts_come_from_the_record_across_rounds_and_a_retry_resends_them(
+        study, tmp_path):
+    cohort, membership, key = study
+    everyone = sorted(cohort.identity)
+    record = BeaconRecordFile(tmp_path / "beacon.jsonl")
+    beacon_for(_at(cohort, 1, 1), membership, key, record, NOW)
+    beacon_for(_at(cohort, 2, 1, everyone[1:]), membership, key, record, NOW)  # h00 left out
+    third = _at(cohort, 3, 1)  # round 2 aborted, round 3 opened: a fresh draw, counted
+    posted = beacon_for(third, membership, key, record, NOW)
+    assert set(posted.draws) == set(everyone)
+    assert posted.draws["h00"].count == 2 and posted.draws["h01"].count == 3
+    ref = RoundRef(study_id="s1", round=3, attempt=1)
+    for name, draw in posted.draws.items():
+        verify_draw(ref, third.roster.digest(), name, draw.count, draw.signature,
+                    key.public_key())
+    assert beacon_for(third, membership, key, record, NOW) == posted  # a retry: the same
+    assert len(record.path.read_text().splitlines()) == 3
+    lines = [json.loads(line) for line in record.path.read_text().splitlines()]
+    assert lines[1]["members"] == everyone[1:]  # the record lists each roster's members
