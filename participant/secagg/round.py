@@ -7,7 +7,8 @@ Order of operations (each step durable before the next)::
     signature, and every member certified by the consortium's membership certificate under
     the identity key the roster lists, at least max(n - D, h_min) of them, and (beacon
     studies, whose sparse graph can be bad) the consortium's beacon signature over the
-    roster, which seeds the masking graph (refused before anything is read, drawn or
+    roster, which seeds the masking graph, and its own signed draw count, at most G above the
+    last it masked under (common.secagg.draws; refused before anything is read, drawn or
     charged) ─► local ledger check + reserve ─► exact counts (LSH
     tables, then the dense grid if the study has one), clipped to the public max_records; if
     the data cannot be read (or has no rows) the counts are zeros: a noise-only vector goes on

@@ -131,5 +131,7 @@ def test_a_beacon_study_runs_with_real_processes(participant_coordinator, tmp_pa
     noisy = [np.load(next((tmp_path / n / "studies" / study / "rounds").glob("*/noisy.npy")))
              for n in real]
     np.testing.assert_array_equal(total, sum(h.noisy for h in hospitals) + sum(noisy))
+    for n in real:  # c_last: the draw count each real member masked under, stored durably
+        assert (tmp_path / n / "studies" / study / "beacon-draw").read_text() == "1"
     charged = {Decimal(coord.budget(n)["delta_spent"]) for n in names}
     assert charged == {env.config.aggregation.graph_delta} and charged != {Decimal(0)}
