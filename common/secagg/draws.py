@@ -70,7 +70,14 @@ def verify_draw(ref: RoundRef, roster_digest: str, member: str, count: int, sign
 
 def check_gap(count: int, last: int, ref: RoundRef, member: str) -> None:
     """Refuse (:class:`RoundRefused`) to mask under a draw more than :data:`BEACON_DRAWS`
-    draws including ``member`` after ``last``, the draw of its last masked release."""
+    draws including ``member`` after ``last``, the draw of its last masked release, or under
+    a draw older than ``last`` (a replayed roster: each release must mask under a draw of its
+    own window ``(last, last + G]``, or re-send the one of ``last`` itself)."""
+    if count < last:
+        raise RoundRefused(
+            f"{ref.round_id} is draw {count} of the masking graph including {member}, older "
+            f"than draw {last} it last masked under: a replayed roster. Refusing to mask; "
+            "nothing was read or sent")
     if count - last > BEACON_DRAWS:
         raise RoundRefused(
             f"{ref.round_id} is draw {count} of the masking graph including {member}, "

@@ -28,8 +28,10 @@ factorials), and there are fewer than ``R**2 / 2`` pairs of runs:
 
     P(honest members disconnected) <= R**2 / 2 * (T)_k / (R)_k
 
-which is exactly 0 when ``T < k``. ``k`` is the smallest even degree for which this is at most
-:data:`GRAPH_FAILURE` (``2**-40``) for every roster size ``R`` in ``[n - D, n]``. A member whose
+which is exactly 0 when ``T < k``. ``k`` is the smallest even degree for which ``G`` times this
+(:data:`~common.secagg.draws.BEACON_DRAWS`: a release masks under one of at most ``G`` beacon
+draws, and is charged for all of them) is at most :data:`GRAPH_FAILURE` (``2**-40``) for every
+roster size ``R`` in ``[n - D, n]``. A member whose
 neighbours are all colluders is a special case (the honest graph is then disconnected).
 
 **Share threshold** (:func:`share_threshold`). See :class:`common.secagg.params` and
@@ -47,6 +49,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from common.secagg.beacon import beacon_seed
+from common.secagg.draws import BEACON_DRAWS
 
 __all__ = [
     "GRAPH_FAILURE",
@@ -59,8 +62,9 @@ __all__ = [
 ]
 
 GRAPH_FAILURE = Fraction(1, 2**40)
-"""Largest allowed probability, per signed roster, that the honest members' graph is
-disconnected (some honest member's vector, or the sum of a part of them, exposed)."""
+"""Largest allowed probability, per release (over the at most ``G`` graphs it may be drawn
+among), that the honest members' graph is disconnected (some honest member's vector, or the
+sum of a part of them, exposed)."""
 
 
 def _falling(x: int, k: int) -> int:
@@ -84,15 +88,16 @@ def disconnect_bound(roster: int, colluders: int, degree: int) -> Fraction:
 @functools.cache
 def graph_degree(n: int, dropouts: int, colluders: int) -> int:
     """The public degree ``k`` of a study's masking graph from its signed ``(n, D, T)``: the
-    smallest even ``k`` with the disconnection bound at most :data:`GRAPH_FAILURE` for every
-    roster size and a share threshold of at most ``3k / 4`` (a lost member's seed is recovered
-    while at least ``t`` of its ``k`` neighbours answer); ``n - 1`` (complete) when none below
-    the smallest roster qualifies."""
+    smallest even ``k`` with ``G`` times the disconnection bound at most :data:`GRAPH_FAILURE`
+    for every roster size and a share threshold of at most ``3k / 4`` (a lost member's seed is
+    recovered while at least ``t`` of its ``k`` neighbours answer); ``n - 1`` (complete) when
+    none below the smallest roster qualifies."""
     rosters = range(max(n - dropouts, 2), n + 1)
     k = 2
     while k < min(rosters) - 1:
         if (4 * share_threshold(n, dropouts, colluders, k) <= 3 * k
-                and all(disconnect_bound(r, colluders, k) <= GRAPH_FAILURE for r in rosters)):
+                and all(BEACON_DRAWS * disconnect_bound(r, colluders, k) <= GRAPH_FAILURE
+                        for r in rosters)):
             return k
         k += 2
     return n - 1

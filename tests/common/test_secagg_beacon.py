@@ -29,13 +29,13 @@ from participant.secagg.checks import check_certified_roster
 
 REF = RoundRef(study_id="s1", round=3, attempt=2)
 KEY = Ed25519PrivateKey.generate()
-N, D, T = 57, 1, 22  # the smallest cohort with D >= 1 whose sparse graph can be bad
+N, D, T = 60, 1, 24  # the smallest cohort with D >= 1 whose sparse graph can be bad
 
 
 def test_the_smallest_beacon_cohort_needs_it_and_small_test_cohorts_do_not():
     needs = AggregationParams(mode="secure", cohort_size=N, max_dropouts=D, max_colluders=T)
-    assert needs.needs_beacon and needs.degree == 22 < N - D - 1
-    for n, d, t in [(4, 1, 1), (20, 2, 2), (50, 2, 2), (100, 5, 5), (56, 1, 22)]:
+    assert needs.needs_beacon and needs.degree == 24 < N - D - 1
+    for n, d, t in [(4, 1, 1), (20, 2, 2), (50, 2, 2), (100, 5, 5), (59, 1, 23)]:
         assert not AggregationParams(mode="secure", cohort_size=n, max_dropouts=d,
                                      max_colluders=t).needs_beacon
 
@@ -94,14 +94,14 @@ def test_the_seed_differs_from_the_unbeaconed_one_and_follows_the_signature():
     seeds = {graph_seed(DIGEST), graph_seed(DIGEST, one), graph_seed(DIGEST, two)}
     assert len(seeds) == 3
     names = [f"h{i:02d}" for i in range(N)]
-    plain, beaconed = MaskingGraph(names, DIGEST, 22), MaskingGraph(names, DIGEST, 22, one)
+    plain, beaconed = MaskingGraph(names, DIGEST, 24), MaskingGraph(names, DIGEST, 24, one)
     assert any(plain.neighbours(n) != beaconed.neighbours(n) for n in names)
-    assert MaskingGraph(names, DIGEST, 22, one).neighbours("h00") == beaconed.neighbours("h00")
+    assert MaskingGraph(names, DIGEST, 24, one).neighbours("h00") == beaconed.neighbours("h00")
 
 
 @pytest.fixture(scope="module")
 def beacon_study():
-    """A published roster of the n = 57 cohort, its membership certificate and config."""
+    """A published roster of the n = 60 cohort, its membership certificate and config."""
     cohort = Cohort.make(N, max_dropouts=D, max_colluders=T)
     roster = cohort.publish()
     consortium = Ed25519PrivateKey.generate()
@@ -141,7 +141,7 @@ def test_a_member_masks_with_the_neighbours_the_beacon_draws(beacon_study):
     assert checked.beacon == b64d(signature)
     plain = MaskingGraph(checked.names, roster.digest(), checked.body.degree)
     assert checked.holders("h00") == MaskingGraph(
-        checked.names, roster.digest(), 22, b64d(signature)).neighbours("h00")
+        checked.names, roster.digest(), 24, b64d(signature)).neighbours("h00")
     assert checked.holders("h00") != plain.neighbours("h00")
 
 

@@ -17,6 +17,7 @@ from secagg_kit import DIGEST, Cohort
 from common.secagg import participant as p
 from common.secagg import server as s
 from common.secagg.answers import answer_recover, answer_unmask
+from common.secagg.draws import BEACON_DRAWS as G
 from common.secagg.graph import (
     GRAPH_FAILURE,
     MaskingGraph,
@@ -114,8 +115,8 @@ def test_the_degree_meets_the_bound_and_the_threshold_rules(n, d, t):
         assert th == t + d + 1
         return
     assert k % 2 == 0 and k < n - d - 1
-    assert all(disconnect_bound(r, t, k) <= GRAPH_FAILURE for r in range(n - d, n + 1))
-    assert k == 2 or any(disconnect_bound(r, t, k - 2) > GRAPH_FAILURE
+    assert all(G * disconnect_bound(r, t, k) <= GRAPH_FAILURE for r in range(n - d, n + 1))
+    assert k == 2 or any(G * disconnect_bound(r, t, k - 2) > GRAPH_FAILURE
                          for r in range(n - d, n + 1)) or 4 * share_threshold(
         n, d, t, k - 2) > 3 * (k - 2)
     # two attempts: colluders and the <= D members of one roster only hold k (T + D) shares,
@@ -127,7 +128,7 @@ def test_the_degree_meets_the_bound_and_the_threshold_rules(n, d, t):
 def test_the_defaults_of_a_thousand_members_are_sparse():
     """n = 1000 with 5 % dropouts and 5 % colluders: 14 neighbours instead of 999."""
     assert graph_degree(1000, 50, 50) == 14
-    assert disconnect_bound(950, 50, 14) <= Fraction(1, 2**40)
+    assert G * disconnect_bound(950, 50, 14) <= Fraction(1, 2**40)
 
 
 def test_shamir_in_gf_2_128_takes_indices_past_255():

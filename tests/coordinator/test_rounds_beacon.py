@@ -17,12 +17,12 @@ from common.secagg.beacon import sign_beacon
 from common.secagg.draws import BEACON_DRAWS, sign_draw
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 
-N, D, T = 57, 1, 22  # the smallest cohort with D >= 1 whose graph can be bad (k = 22)
+N, D, T = 60, 1, 24  # the smallest cohort with D >= 1 whose graph can be bad (k = 24)
 
 
 @pytest.fixture
 def beacon_round(client, make_participant, coord_kit):
-    """A secure study of n = 57 (D = 1, T = 22), every member's keys posted: phase beacon."""
+    """A secure study of n = 60 (D = 1, T = 24), every member's keys posted: phase beacon."""
     people = [make_participant(f"h{i:02d}", delta_cap="1e-9") for i in range(N)]
     spec = coord_kit.study_spec("sec", n_tables=3, epsilon_lsh="0.5")
     spec["aggregation"] = {"mode": "secure", "cohort_size": N, "max_dropouts": D,
@@ -113,7 +113,7 @@ def test_bad_beacon_posts_are_refused_with_4xx_and_the_round_keeps_waiting(clien
         (_beacon(env, pending, roster_digest="cd" * 32), 409, "another roster"),
         (_beacon(env, pending, attempt=2), 409, "not the current attempt"),
         (_beacon(env, pending, signature="!" * 88), 422, ""),
-        (_beacon(env, pending, draws={}), 422, "not for exactly the 57 roster members"),
+        (_beacon(env, pending, draws={}), 422, "not for exactly the 60 roster members"),
         (_beacon(env, pending, counts={m: 1 for m in NAMES[1:]}), 422, "not for exactly"),
         (_beacon(env, pending, counts={**{m: 1 for m in NAMES}, "zz": 1}), 422,
          "not for exactly"),

@@ -1,8 +1,8 @@
 """A beacon study with real processes: a real ``fedod-coordinator serve``, two real
 ``fedod-participant round`` members, the real ``fedod-consortium beacon --once``, and the
-other 55 members of the n = 57 cohort (the smallest with D >= 1 whose sparse masking graph can
+other 58 members of the n = 60 cohort (the smallest with D >= 1 whose sparse masking graph can
 be bad) driven in process over HTTP with the pure protocol functions (tests/secagg_http.py):
-57 participant processes would only queue for two shared cores.
+60 participant processes would only queue for two shared cores.
 
 Every step waits on observed progress (the round's phase and counts), never on a timer.
 """
@@ -30,7 +30,7 @@ from participant.cli.consortium import raw_key
 
 BIN = Path(sys.executable).parent
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]
-N, D, T = 57, 1, 22
+N, D, T = 60, 1, 24
 REAL = 2
 
 

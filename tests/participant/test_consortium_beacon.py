@@ -23,14 +23,14 @@ from participant.cli.consortium_beacon import BeaconRecordFile, beacon_for
 NOW = datetime.now(UTC)
 
 
-PARAMS = AggregationParams(mode="secure", cohort_size=57, max_dropouts=1, max_colluders=22)
+PARAMS = AggregationParams(mode="secure", cohort_size=60, max_dropouts=1, max_colluders=24)
 
 
 class Cohort:
-    """57 members' identities and round keys, and the rosters a coordinator signs of them."""
+    """60 members' identities and round keys, and the rosters a coordinator signs of them."""
 
     def __init__(self) -> None:
-        self.identity = {f"h{i:02d}": Ed25519PrivateKey.generate() for i in range(57)}
+        self.identity = {f"h{i:02d}": Ed25519PrivateKey.generate() for i in range(60)}
         self.coordinator = Ed25519PrivateKey.generate()
 
     def identities(self) -> dict[str, str]:
@@ -47,11 +47,11 @@ class Cohort:
 
 @pytest.fixture(scope="module")
 def study():
-    """A beacon study's cohort (n = 57) and its certificate signed by ``key``."""
+    """A beacon study's cohort (n = 60) and its certificate signed by ``key``."""
     cohort = Cohort()
     key = Ed25519PrivateKey.generate()
     body = MembershipBody(study_id="s1", version=1, expires_at=NOW + timedelta(days=1),
-                          cohort_size=57, max_dropouts=1, max_colluders=22,
+                          cohort_size=60, max_dropouts=1, max_colluders=24,
                           members=cohort.identities())
     return cohort, sign_membership(body, key), key
 
@@ -99,7 +99,7 @@ def test_an_attempt_above_the_cap_is_refused(study, tmp_path):
 @pytest.mark.parametrize("how, match", [
     ("other key", "not signed by the consortium key"),
     ("expired", "expired"),
-    ("too small", "allows 56 to 57"),
+    ("too small", "allows 59 to 60"),
     ("other round", "the coordinator says it waits for"),
 ])
 def test_a_roster_that_is_not_certified_is_refused(study, tmp_path, how, match):
