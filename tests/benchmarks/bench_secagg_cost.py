@@ -57,10 +57,11 @@ from common.secagg import server as s  # noqa: E402
 from common.secagg import view  # noqa: E402
 from common.secagg.answers import answer_recover, answer_unmask  # noqa: E402
 from common.secagg.beacon import sign_beacon, verify_beacon  # noqa: E402
+from common.secagg.draws import sign_draw, verify_draw  # noqa: E402
 from common.secagg.graph import disconnect_bound  # noqa: E402
 from common.secagg.messages import RoundRef, b64d, b64e  # noqa: E402
 from common.secagg.params import AggregationParams, modulus_bits  # noqa: E402
-from common.secagg.schemas import RoundState  # noqa: E402
+from common.secagg.schemas import BeaconDraw, RoundState  # noqa: E402
 
 EPS = Decimal("0.1")
 TARGETS = {100: (30, 150, 2.0), 1000: (60, 2000, 3.0), 10_000: (100, 30_000, 4.0)}
@@ -97,16 +98,18 @@ def _state(n: int, me: str, status: str, **fields: object) -> int:
 
 
 def _bytes(me: str, n: int, signed, sroster, adverts, uploads, request, answers, beacon,
-           recover=None, inbox=None, shares=None) -> tuple[int, int]:
-    """(sent, read) of ``me``: its frames, and one read of each round state it needs."""
+           draws, recover=None, inbox=None, shares=None) -> tuple[int, int]:
+    """(sent, read) of ``me``: its frames, and one read of each round state it needs (in a
+    beacon study each carries the beacon signature and ``me``'s own draw statement)."""
     sent = len(adverts[me]) + len(uploads[me]) + len(answers[me])
-    read = (_state(n, me, "masking", roster=signed, beacon=beacon,
+    own = dict(beacon=beacon, draw=draws.get(me))
+    read = (_state(n, me, "masking", roster=signed, **own,
                    adverts=s.neighbour_adverts(sroster, me, adverts), done=["advert"])
-            + _state(n, me, "unmask", request=request, beacon=beacon,
+            + _state(n, me, "unmask", request=request, **own,
                      acks=s.neighbour_acks(sroster, me, uploads), done=["advert", "masked"]))
     if shares is not None:
         sent += len(shares)
-        read += _state(n, me, "recover", request=recover, beacon=beacon,
+        read += _state(n, me, "recover", request=recover, **own,
                        inbox=inbox, done=["advert", "masked", "unmask"])
     return sent, read
 
@@ -127,10 +130,12 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
                             modulus_bits=k, threshold=params.threshold, degree=params.degree,
                             key=coordinator)
     sroster = s.roster_of(signed, coordinator.public_key(), adverts, identities)
-    beacon, consortium = None, Ed25519PrivateKey.generate()
-    if params.needs_beacon:  # the consortium's signature seeds the graph
+    beacon, consortium, draws = None, Ed25519PrivateKey.generate(), {}
+    if params.needs_beacon:  # the consortium's signature seeds the graph; one draw each
         beacon = sign_beacon(ref, signed.digest(), consortium)
         sroster = dataclasses.replace(sroster, beacon=b64d(beacon))
+        draws = {x: BeaconDraw(count=1, signature=sign_draw(ref, signed.digest(), x, 1,
+                                                            consortium)) for x in names}
     lost = sorted(rng.choice(names, size=max(1, round(0.05 * n)), replace=False).tolist())
     me = next(x for x in sroster.holders(lost[0]) if x not in lost)
     check = dict(coordinator_key=coordinator.public_key(), ref=ref, params=params,
@@ -147,6 +152,8 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
         p.make_advert(ref, x, ids[x], secrets[x])
         near = s.neighbour_adverts(sroster, x, adverts)
         raw = beacon and verify_beacon(beacon, ref, signed.digest(), consortium.public_key())
+        if draws:  # its own draw statement, before it masks
+            verify_draw(ref, signed.digest(), x, 1, draws[x].signature, consortium.public_key())
         rosters[x] = p.check_roster(signed, me=x, my_advert=adverts[x], adverts=near,
                                     beacon=raw or None, **check)
         uploads[x] = p.mask_upload(rosters[x], me=x, identity=ids[x], secrets=secrets[x],
@@ -180,7 +187,10 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
         if h == me:
             cpu["recover"] = time.process_time() - t0
 
-    t0 = time.process_time()  # the coordinator: check every answer, then reveal
+    t0 = time.process_time()  # the coordinator: the beacon's draw statements, every answer,
+    for x, drawn in draws.items():  # then the reveal
+        verify_draw(ref, signed.digest(), x, drawn.count, drawn.signature,
+                    consortium.public_key())
     again = dataclasses.replace(s.roster_of(signed, coordinator.public_key(), adverts,
                                             identities), beacon=sroster.beacon)
     seeds = {x: s.accept_unmask(a, again, name=x, identity=ids[x].public_key())
@@ -191,7 +201,7 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
     reveal = time.process_time() - t0
     assert np.array_equal(total, np.sum(list(vectors.values()), axis=0)), "masks did not cancel"
 
-    common = (n, signed, sroster, adverts, uploads, request, answers, beacon)
+    common = (n, signed, sroster, adverts, uploads, request, answers, beacon, draws)
     mine = s.build_recover(sroster, s.helped(sroster, me, lost), coordinator)  # as served
     sent, read = _bytes(me, *common, mine, inboxes[me], shares_msgs[me])
     other = next(x for x in names if x not in lost and x not in inboxes)
