@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from coordinator.config import Settings
+from coordinator.db.engine import READ
 from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
 from coordinator.services.ingest_lookup import IngestCaller
@@ -37,6 +38,17 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
+def get_read_session(session: Annotated[Session, Depends(get_session)]) -> Session:
+    """The request's session with a read snapshot as its transaction (``db.READ``): on
+    SQLite a deferred ``BEGIN`` that takes no writer lock, so the reads members poll (the
+    round state, the rounds, the certificate) run beside each other and beside the writes
+    instead of one at a time behind them. Declare it before any other dependency that reads
+    (FastAPI solves them in order; the request's session is shared). A handler that must
+    write after all ends the snapshot first (``session.commit()``)."""
+    session.connection(execution_options=READ)
+    return session
+
+
 def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
@@ -48,6 +60,7 @@ def get_keys(request: Request) -> KeyStore:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 KeysDep = Annotated[KeyStore, Depends(get_keys)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]

@@ -62,6 +62,7 @@ def open_if_ready(session: Session, study: Study) -> Round | None:
     state = readiness(session, study)
     if state is None or state[0] < state[1]:
         return None
+    session.commit()  # end the caller's read snapshot: the open below is a write transaction
     try:
         rnd = secagg.open_round(session, study)
     except (Conflict, IntegrityError):

@@ -20,6 +20,7 @@ from coordinator.api.deps import (
     AdminDep,
     CurrentParticipant,
     KeysDep,
+    ReadSessionDep,
     SessionDep,
     StudyMember,
     StudyReader,
@@ -61,7 +62,7 @@ def put_membership(
 
 
 @router.get("/studies/{study_id}/membership")
-def get_membership(study: StudyMember, session: SessionDep) -> SignedMembership:
+def get_membership(session: ReadSessionDep, study: StudyMember) -> SignedMembership:
     """The study's membership certificate as uploaded (404 before one is)."""
     signed = secagg_store.membership(session, study.id)
     if signed is None:
@@ -76,16 +77,16 @@ def open_round(study: StudyReader, session: SessionDep, _: AdminDep) -> RoundPub
 
 
 @router.get("/studies/{study_id}/rounds")
-def list_rounds(study: StudyReader, session: SessionDep) -> list[RoundPublic]:
+def list_rounds(session: ReadSessionDep, study: StudyReader) -> list[RoundPublic]:
     """Every attempt of every round of the study: cohort, survivors, status."""
     return [secagg_views.round_public(session, r) for r in secagg.list_rounds(session, study.id)]
 
 
 @router.get("/studies/{study_id}/rounds/current", response_model_exclude_defaults=True)
 def current_round(
+    session: ReadSessionDep,  # first: every read below is in its snapshot (no writer lock)
     study: StudyMember,
     participant: CurrentParticipant,
-    session: SessionDep,
     keys: KeysDep,
     known_roster: Annotated[
         str | None,
@@ -153,7 +154,7 @@ FRAME_DOC = {
 
 
 @router.get("/studies/{study_id}/rounds/beacon")
-def beacon_pending(study_id: str, session: SessionDep) -> BeaconPending:
+def beacon_pending(study_id: str, session: ReadSessionDep) -> BeaconPending:
     """The attempt waiting for the consortium's beacon signature, with its full signed roster
     (no credential: the consortium key holder is not a participant, and a roster names its
     members by a bitmap over the certificate only; 404, one answer, otherwise)."""

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response, status
 from common.schemas import MemberAdd, StudyCreate, StudyPublic
 from common.signing import SignedConfig
 from coordinator.api.auth_route import AuthFirstRoute
-from coordinator.api.deps import AdminDep, KeysDep, SessionDep, StudyReader
+from coordinator.api.deps import AdminDep, KeysDep, ReadSessionDep, SessionDep, StudyReader
 from coordinator.services import studies
 
 router = APIRouter(prefix="/studies", tags=["studies"], route_class=AuthFirstRoute)
@@ -34,6 +34,6 @@ def add_member(study_id: str, body: MemberAdd, session: SessionDep, _: AdminDep)
 
 
 @router.get("/{study_id}/config")
-def get_config(study: StudyReader) -> SignedConfig:
-    """The study's current signed config (members and admin)."""
+def get_config(_: ReadSessionDep, study: StudyReader) -> SignedConfig:
+    """The study's current signed config (members and admin), read in a snapshot."""
     return studies.signed_config(study)

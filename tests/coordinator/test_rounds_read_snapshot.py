@@ -1,0 +1,77 @@
+"""The reads a cohort polls run in a read snapshot (``deps.ReadSessionDep``): on SQLite they take
+no writer lock, so a round's many ``GET .../rounds/current`` do not queue one at a time behind
+each other and behind every write (a cohort of fifty on a loaded machine once waited out its
+patience there). Here the test itself holds ``<database>-writer.lock``: the polled reads still
+answer, and a write still waits for the lock (and gives up at the busy timeout with a 503)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from coordinator_kit import ADMIN
+from secagg_honest import honest_vector
+from secagg_http import Env, Hospital
+
+from coordinator.db.engine import sqlite_file
+
+
+@pytest.fixture
+def db_url(tmp_path):  # SQLite only: the writer lock is SQLite's
+    return f"sqlite:///{tmp_path / 'coordinator.db'}"
+
+
+@pytest.fixture
+def settings(settings):
+    return settings.model_copy(update={"sqlite_busy_timeout_ms": 200})
+
+
+@contextmanager
+def writer_lock_held(db_url: str):
+    """Hold the coordinator's SQLite writer lock from another open file (flock is per open
+    file, so this conflicts with the app's own descriptor in this process)."""
+    path = os.path.abspath(f"{sqlite_file(db_url)}-writer.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_polled_reads_answer_while_another_writer_holds_the_lock(client, make_participant,
+                                                                 coord_kit, db_url):
+    people = [make_participant(f"h{i}") for i in range(4)]
+    spec = coord_kit.study_spec("sec", n_tables=3, epsilon_lsh="0.5")
+    spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
+                           "max_colluders": 1}
+    r = client.post("/v1/studies", json=spec, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    for p in people:
+        client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
+    env = Env(client, r.json()["config"])
+    rng = np.random.default_rng(7)
+    hospitals = [Hospital(client, p, "sec", honest_vector(env.config, rng)) for p in people]
+    assert env.certify(client, hospitals, ADMIN).status_code == 200
+    assert client.post("/v1/studies/sec/rounds", headers=ADMIN).status_code == 201
+    for h in hospitals:
+        h.send("keys", h.state(), h.advert(h.state()))
+    with writer_lock_held(db_url):
+        for h in hospitals:  # phase masking: the roster and the neighbours' adverts
+            st = h.state()
+            assert st.status == "masking" and st.roster is not None
+        for path in ("/v1/studies/sec/rounds", "/v1/studies/sec/membership"):
+            assert client.get(path, headers=people[0].headers if "member" in path
+                              else ADMIN).status_code == 200
+        blocked = client.post("/v1/participants", json={"name": "late", "epsilon_cap": "1"},
+                              headers=ADMIN)
+        assert blocked.status_code == 503, blocked.text  # a write still waits for the lock
+    late = client.post("/v1/participants", json={"name": "late", "epsilon_cap": "1"},
+                       headers=ADMIN)
+    assert late.status_code == 201, late.text
+    for h in hospitals:  # the round goes on as usual
+        h.send("masked", h.state(), h.masked(h.state(), env))
+    assert hospitals[0].state().status == "unmask"
