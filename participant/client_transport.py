@@ -1,7 +1,8 @@
 """Retrying HTTP to the coordinator, under :class:`participant.client.CoordinatorClient`.
 
 Retried (same request bytes every time): connection errors, timeouts, a dropped connection,
-5xx, 408 and 429 (honouring ``Retry-After`` up to the cap). Backoff is exponential with full
+5xx, 408 and 429 (honouring ``Retry-After`` up to the cap, plus up to half of it again at
+random so that a cohort does not return at one instant). Backoff is exponential with full
 jitter, ``min(cap, base * 2**attempt) * U(0.5, 1]``, at least ``max_tries`` attempts and on
 until ``patience`` seconds (on the injectable ``clock``) have passed since the first; then
 :class:`~common.errors.CoordinatorUnavailable`. A command that waits on others anyway (a secure
@@ -135,8 +136,10 @@ class RetryingHttp:
     def backoff(self, attempt: int, retry_after: str | None = None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (attempt counts from 0)."""
         if retry_after is not None:
-            try:
-                return min(self.backoff_cap, max(0.0, float(retry_after)))
+            try:  # never sooner than asked, and spread: a cohort told "5" must not all return
+                # at the same instant (that burst is what made the coordinator say "5")
+                wait = max(0.0, float(retry_after)) * (1.0 + 0.5 * _jitter.random())
+                return min(self.backoff_cap, wait)
             except ValueError:
                 pass
         return float(min(self.backoff_cap, self.backoff_base * 2**attempt)) * (

@@ -93,17 +93,32 @@ class ParticipantCoordinator:
         return next(b for b in self.admin("GET", "/v1/admin/budget") if b["participant"] == name)
 
 
-@_pytest.fixture(scope="session")
-def participant_coordinator(tmp_path_factory):
-    """Start `fedod-coordinator serve` with a temporary SQLite database; stop it after."""
-    data_dir = tmp_path_factory.mktemp("coordinator")
+def serve_participant_coordinator(data_dir: _Path):
+    """`fedod-coordinator serve` (one worker) on a SQLite database in ``data_dir``: the
+    ``(server, ParticipantCoordinator)``; the caller stops the server."""
     token = _secrets.token_urlsafe(32)
     env = {**_os.environ, "FEDOD_DATA_DIR": str(data_dir), "FEDOD_ADMIN_TOKEN": token,
            "FEDOD_ENV": "development", "FEDOD_LOG_JSON": "false"}
     env.pop("FEDOD_DATABASE_URL", None)
     env.pop("FEDOD_SIGNING_KEY_PATH", None)
     server = CoordinatorServer(env, 1, data_dir).start()
-    yield ParticipantCoordinator(server.url, token, data_dir, server.proc, server.log)
+    return server, ParticipantCoordinator(server.url, token, data_dir, server.proc, server.log)
+
+
+@_pytest.fixture(scope="session")
+def participant_coordinator(tmp_path_factory):
+    """Start `fedod-coordinator serve` with a temporary SQLite database; stop it after."""
+    server, coord = serve_participant_coordinator(tmp_path_factory.mktemp("coordinator"))
+    yield coord
+    server.stop()
+
+
+@_pytest.fixture
+def own_participant_coordinator(tmp_path_factory):
+    """A coordinator of the test's own (as ``participant_coordinator``), for a test that loads
+    it with a whole cohort: what it leaves queued cannot slow the tests after it."""
+    server, coord = serve_participant_coordinator(tmp_path_factory.mktemp("own-coordinator"))
+    yield coord
     server.stop()
 
 

@@ -55,7 +55,7 @@ def check_own_draw(st: RoundState, ref: RoundRef, me: str, key: str, last: int |
 
 
 def check_certified_roster(
-    st: RoundState, advert: bytes, ref: RoundRef, *, consortium_key: str | None,
+    st: RoundState, advert: bytes, ref: RoundRef, *, me: str, consortium_key: str | None,
     config: StudyConfig, last_draw: int | None = None, **fixed: Any
 ) -> proto.VerifiedRoster:
     """The roster of ``st`` checked by :func:`common.secagg.participant.check_roster`
@@ -71,7 +71,7 @@ def check_certified_roster(
     if config.aggregation.needs_beacon:
         assert consortium_key is not None  # certified_members refused without one
         beacon = verify_beacon(st.beacon, ref, st.roster.digest(), raw_ed25519(consortium_key))
-        check_own_draw(st, ref, fixed["me"], consortium_key, last_draw)
+        check_own_draw(st, ref, me, consortium_key, last_draw)
     return proto.check_roster(st.roster, my_advert=advert, ref=ref,
                               identities=certified.members, adverts=st.adverts, beacon=beacon,
-                              **fixed)
+                              me=me, **fixed)

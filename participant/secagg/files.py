@@ -31,6 +31,11 @@ class RoundFiles:
 
     root: Path
 
+    @property
+    def study_dir(self) -> Path:
+        """The study's directory (``root`` is its ``rounds/<number>``): the draw counter's."""
+        return self.root.parent.parent
+
     def secrets(self, attempt: int) -> RoundSecrets:
         path = self.root / f"attempt-{attempt}.keys"
         if not path.exists():
@@ -58,7 +63,7 @@ class RoundFiles:
         draw count it masks under (``draw``, :func:`record_draw`)."""
         def made() -> bytes:
             if draw is not None:
-                record_draw(self.root.parent.parent, draw)
+                record_draw(self.study_dir, draw)
             write_private(self.root / f"attempt-{attempt}.roster", roster_digest.encode())
             return make()
         return self.frame(f"attempt-{attempt}.masked", made)

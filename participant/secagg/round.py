@@ -243,8 +243,7 @@ def run_secure_round(
                 if stop_after == "keys":
                     return {"stopped_after": "keys", "round": number}
             elif st.status == "masking" and "masked" not in st.done:
-                study_dir = rounds_dir.parent
-                roster = check(st, advert, ref, last_draw=last_draw(study_dir))  # only now is
+                roster = check(st, advert, ref, last_draw=last_draw(files.study_dir))  # only now is
                 # anything read: certified, and in a beacon study a draw within G of the last
                 anchor = agent.clock()
                 noisy = noisy_vector(agent, study, number, config, data, options, noise_share,
