@@ -5,11 +5,9 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-import pytest
 from coordinator_kit import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_honest import honest_vector
-from secagg_http import Env, Hospital
 
 from common.encoding import decode_counts
 from common.schemas import ModelPublic
@@ -17,28 +15,6 @@ from common.secagg import participant as proto
 from common.secagg import view
 from common.secagg.messages import RoundRef
 from common.secagg.wire import sign_frame
-
-
-@pytest.fixture
-def cohort(client, make_participant, coord_kit):
-    """A secure study of n = 4 (D = 1, T = 1: h_min 2, threshold 3) and four hospitals."""
-
-    def make(n_hospitals=4, cap="10"):
-        people = [make_participant(f"h{i}", epsilon_cap=cap) for i in range(n_hospitals)]
-        spec = coord_kit.study_spec("sec", n_tables=5, epsilon_lsh="0.5")
-        spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
-                               "max_colluders": 1}
-        r = client.post("/v1/studies", json=spec, headers=ADMIN)
-        assert r.status_code == 201, r.text
-        for p in people:
-            client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
-        env = Env(client, r.json()["config"])
-        rng = np.random.default_rng(3)
-        hospitals = [Hospital(client, p, "sec", honest_vector(env.config, rng)) for p in people]
-        assert env.certify(client, hospitals, ADMIN).status_code == 200
-        return env, hospitals
-
-    return make
 
 
 def _open(client):

@@ -10,11 +10,8 @@ import fcntl
 import os
 from contextlib import contextmanager
 
-import numpy as np
 import pytest
 from coordinator_kit import ADMIN
-from secagg_honest import honest_vector
-from secagg_http import Env, Hospital
 
 from coordinator.db.engine import sqlite_file
 
@@ -42,20 +39,8 @@ def writer_lock_held(db_url: str):
         os.close(fd)
 
 
-def test_polled_reads_answer_while_another_writer_holds_the_lock(client, make_participant,
-                                                                 coord_kit, db_url):
-    people = [make_participant(f"h{i}") for i in range(4)]
-    spec = coord_kit.study_spec("sec", n_tables=3, epsilon_lsh="0.5")
-    spec["aggregation"] = {"mode": "secure", "cohort_size": 4, "max_dropouts": 1,
-                           "max_colluders": 1}
-    r = client.post("/v1/studies", json=spec, headers=ADMIN)
-    assert r.status_code == 201, r.text
-    for p in people:
-        client.post("/v1/studies/sec/members", json={"participant": p.name}, headers=ADMIN)
-    env = Env(client, r.json()["config"])
-    rng = np.random.default_rng(7)
-    hospitals = [Hospital(client, p, "sec", honest_vector(env.config, rng)) for p in people]
-    assert env.certify(client, hospitals, ADMIN).status_code == 200
+def test_polled_reads_answer_while_another_writer_holds_the_lock(client, cohort, db_url):
+    env, hospitals = cohort()
     assert client.post("/v1/studies/sec/rounds", headers=ADMIN).status_code == 201
     for h in hospitals:
         h.send("keys", h.state(), h.advert(h.state()))
@@ -64,7 +49,7 @@ def test_polled_reads_answer_while_another_writer_holds_the_lock(client, make_pa
             st = h.state()
             assert st.status == "masking" and st.roster is not None
         for path in ("/v1/studies/sec/rounds", "/v1/studies/sec/membership"):
-            assert client.get(path, headers=people[0].headers if "member" in path
+            assert client.get(path, headers=hospitals[0].e.headers if "member" in path
                               else ADMIN).status_code == 200
         blocked = client.post("/v1/participants", json={"name": "late", "epsilon_cap": "1"},
                               headers=ADMIN)
