@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-import test_rounds
 from coordinator_kit import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg.membership import SignedMembership, sign_membership
 
-cohort = test_rounds.cohort
-"""test_rounds' fixture: n = 4, D = 1, T = 1; the first four hospitals certified (v1)."""
+# ``cohort`` (tests/coordinator/conftest.py): n = 4, D = 1, T = 1; the first four hospitals
+# certified (v1).
 
 
 def _open(client):
