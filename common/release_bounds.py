@@ -229,7 +229,8 @@ def _check_totals(totals: NDArray[Any], tails: NDArray[np.int64], saturated: NDA
     if saturated.all():
         return
     upper, lower = totals + tails, totals - tails
-    hi = int(np.argmin(np.where(saturated, upper.max(), upper)))  # X <= upper[hi]
+    free = np.flatnonzero(~saturated)  # X <= upper[hi], over the unsaturated tables only
+    hi = int(free[np.argmin(upper[free])])  # (a tie must never pick a saturated table)
     lo = int(np.argmax(lower))  # X >= lower[lo]
     first, second = int(totals[lo]), int(totals[hi])
     bound = int(tails[lo]) + int(tails[hi])
