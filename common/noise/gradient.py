@@ -1,15 +1,20 @@
 """Noisy mini-batch gradient sums: OpenDP's Gaussian mechanism, accounted as (epsilon, delta).
 
 Sensitivity. Records are projected into the l2 ball of radius ``M``. The hinge-loss gradient of
-one record is ``-y x`` or ``0``, so its l2 norm is at most ``M``; replacing one record of a
-mini-batch by another (the paper's neighbouring relation, and the event-level stream relation
-where a removed record becomes an empty slot) moves the batch sum by at most ``2 M``.
-The regulariser ``lambda * w`` does not depend on the batch and is added after the noise.
+one record is ``-y x`` or ``0``, so its l2 norm is at most ``M``. The unit of privacy is the
+system's (DESIGN.md): adding or removing one record. In a stream a removed record leaves an
+*empty slot* (the empty record, gradient 0: docs/ONLINE.md "Neighbouring streams"), so two
+neighbouring batches differ in one slot that holds a record in one and the empty record in the
+other, and the batch sum moves by at most ``M`` (Kairouz et al., ICML 2021, call this
+"zero-out"). Replacing one record by another is two such steps: at most ``2 M``, i.e. four times
+the zCDP ``rho`` below (the seed paper's replace-one relation, covered at that price, not
+charged). The regulariser ``lambda * w`` does not depend on the batch and is added after the
+noise.
 
 Mechanism. The paper adds l2-Laplace noise (density ``exp(-epsilon ||z|| / (2 M))``). OpenDP
 has no exact sampler for that, so this module uses OpenDP's Gaussian mechanism over a float
-vector with l2 sensitivity ``2 M`` (an exact sampler from a CSPRNG). It is ``rho``-zCDP with
-``rho = (2M)**2 / (2 scale**2)``; OpenDP's zCDP -> approximate-DP conversion gives the
+vector with l2 sensitivity ``M`` (an exact sampler from a CSPRNG). It is ``rho``-zCDP with
+``rho = M**2 / (2 scale**2)``; OpenDP's zCDP -> approximate-DP conversion gives the
 ``(epsilon, delta)`` that is charged. :func:`gaussian_scale` picks the smallest scale (to a
 relative 1e-6) whose converted epsilon at ``delta`` is within the target.
 """
@@ -28,7 +33,7 @@ __all__ = ["GradientNoise", "gaussian_scale", "make_gradient_noise"]
 dp.enable_features("contrib")
 
 _FLOAT_SLACK = 1 + 1e-9
-"""Projection and summation in floats can overshoot ``2 M`` by a few ulps; charge for it."""
+"""Projection and summation in floats can overshoot ``M`` by a few ulps; charge for it."""
 
 
 def _make_gaussian(dim: int, scale: float) -> dp.Measurement:
@@ -86,11 +91,12 @@ class GradientNoise:
 
 
 def make_gradient_noise(radius: float, epsilon: float, delta: float) -> GradientNoise:
-    """Noise for gradient sums of records in the l2 ball of ``radius``: sensitivity ``2 radius``.
+    """Noise for gradient sums of records in the l2 ball of ``radius``: sensitivity ``radius``
+    (one slot's record against the empty record).
 
     The sensitivity is inflated by a relative 1e-9 so that float rounding in the projection
     and the sum cannot push two neighbouring sums further apart than the noise is set for.
     """
     if not radius > 0:
         raise ValueError(f"radius must be > 0, got {radius}")
-    return GradientNoise(sensitivity=2.0 * radius * _FLOAT_SLACK, epsilon=epsilon, delta=delta)
+    return GradientNoise(sensitivity=radius * _FLOAT_SLACK, epsilon=epsilon, delta=delta)

@@ -10,10 +10,10 @@ on a record only through released outputs (post-processing), so the stream as a 
 releases). That is the charge: it does not grow with the stream's length.
 
 A centring record (``OnlineConfig.centre``) is never queried and enters exactly one release,
-the noisy sum of the centring records (the same Gaussian, sensitivity ``2 M``): it costs
+the noisy sum of the centring records (the same Gaussian, sensitivity ``M``): it costs
 ``(epsilon_g, delta_g)``, within the per-record charge. Later records are centred on the
 released mean: post-processing, and each centred record is projected back into the ball of
-``M``, so the gradient sensitivity stays ``2 M``.
+``M``, so the gradient sensitivity stays ``M``.
 
 Epsilon from a float computation is rounded *up* to the ledger's 1e-9 quantum.
 """

@@ -21,13 +21,14 @@ coordinate, kept), and the prefix sum is estimated as ``P~_t = sum_{j <= t} c_{t
 ``sigma^2 sum_{k < t} c_k^2`` (:func:`prefix_variance`), which grows like ``log t / pi``
 where the tree's grows like ``log2(horizon) x popcount(t)``.
 
-Sensitivity. Replacing one record moves one leaf ``x_i`` by at most ``2 C`` (the clip radius)
-and so the releases ``y_j, j >= i``, by ``2 C c_{j-i}``: in l2 over the whole block at most
-``2 C sqrt(sum_{k < n} c_k^2)`` (:func:`column_norm`: the largest column norm of ``C``). Later
+Sensitivity. One slot's record against the empty record (the system's add/remove unit,
+:mod:`common.online.params`) moves one leaf ``x_i`` by at most ``C`` (the clip radius)
+and so the releases ``y_j, j >= i``, by ``C c_{j-i}``: in l2 over the whole block at most
+``C sqrt(sum_{k < n} c_k^2)`` (:func:`column_norm`: the largest column norm of ``C``). Later
 leaves depend on the record only through earlier releases; for a lower-triangular ``C`` the
 adaptive stream is as private as a fixed one (Denisov, McMahan, Rush, Smith & Thakurta,
-NeurIPS 2022, Theorem 2.1), and the releases compose in zCDP to ``rho = (2 C |C|_col)^2 /
-(2 sigma^2)``: one Gaussian of sensitivity ``2 C |C|_col``. :func:`factor_noise` sets
+NeurIPS 2022, Theorem 2.1), and the releases compose in zCDP to ``rho = (C |C|_col)^2 /
+(2 sigma^2)``: one Gaussian of sensitivity ``C |C|_col``. :func:`factor_noise` sets
 ``sigma`` with OpenDP's zCDP -> (epsilon, delta) conversion so the whole block costs
 ``(epsilon, delta)`` per record.
 
@@ -82,7 +83,7 @@ def prefix_variance(t: int, n: int) -> float:
 
 def factor_noise(clip: float, epsilon: float, delta: float, horizon: int) -> GradientNoise:
     """Release noise of a block of ``horizon`` leaves over gradients of norm at most ``clip``:
-    one Gaussian of sensitivity ``2 clip |C|_col`` at ``(epsilon, delta)`` (the 1e-9 float
+    one Gaussian of sensitivity ``clip |C|_col`` at ``(epsilon, delta)`` (the 1e-9 float
     slack of :func:`common.noise.gradient.make_gradient_noise` included)."""
     from common.noise.gradient import GradientNoise, make_gradient_noise
 

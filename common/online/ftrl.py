@@ -19,12 +19,13 @@ The noise in ``w`` is the noise of one prefix sum (variance growing like ``log t
 of one draw per step as in the per-batch-noise learner (FLMB,
 :class:`~common.online.learner.OnlineSVM`), so small leaves no longer drown the model.
 
-Privacy, per slot (one record replaced by another or by the empty record): its query decision
+Privacy, per slot (it holds a record or the empty record, :mod:`common.online.params`): its
+query decision
 (``epsilon_s``, pure) and, if labelled, its gradient in one leaf: ``(epsilon_g, delta_g)`` for
 the whole block, by zCDP over the releases that hold the leaf
 (:func:`common.online.factor.factor_noise`, :func:`common.online.tree.tree_noise`).
 A centring record is never queried and enters one release, the centring sum (sensitivity
-``2 M``, its own Gaussian at ``(epsilon_g, delta_g)``). Leaf boundaries are fixed by the
+``M``, its own Gaussian at ``(epsilon_g, delta_g)``). Leaf boundaries are fixed by the
 sequence of query decisions, identical in neighbouring streams once the differing slot's
 decision is equal. Total: ``(epsilon_s + epsilon_g, delta_g)`` per slot
 (:func:`common.online.accounting.record_cost` with the mechanism's noise).
@@ -66,7 +67,7 @@ class FTRLConfig:
     radius_x: float = 1.0
     """M: raw records (and so the centring sum's terms) are projected into this ball."""
     clip: float = 0.5
-    """C: centred records are projected into this ball; gradient sensitivity ``2 C``."""
+    """C: centred records are projected into this ball; gradient sensitivity ``C``."""
     eta: float = 0.01
     radius_w: float = 100.0
     """R: the query rule's margin bound is ``R C`` (margins past it are clipped there)."""
@@ -165,7 +166,7 @@ class OnlineFTRL:
 
     ``noise`` is the prefix-sum mechanism's release noise (:func:`~common.online.factor.
     factor_noise` or :func:`~common.online.tree.tree_noise`, as ``config.prefix``) and
-    ``centre_noise`` the centring sum's (sensitivity ``2 M``); ``None`` for both gives the
+    ``centre_noise`` the centring sum's (sensitivity ``M``); ``None`` for both gives the
     non-private learner (same code path)."""
 
     def __init__(self, config: FTRLConfig, rule: QueryRule | None = None,

@@ -12,11 +12,11 @@ with ``n`` the batch's number of labelled records (post-processing of the privat
 decisions), ``Pi_R`` the projection onto the ball of radius ``R`` and ``t`` the update count.
 
 Centring (``centre = K > 0``, not in the paper): the first ``K`` records are never queried;
-their projected sum is released once with the same noise as a gradient sum (one record moves
-it by at most ``2 M``), and from then on every record is used as ``Pi_M(Pi_M(x) - c)``, with
-``c`` the released mean (bias coordinate set to 0: the last feature is the constant bias).
-Without it the first steps' direction ``sum y x`` carries the records' common component
-(blank pixels) weighted by the batch's class imbalance, which moves every margin alike.
+their projected sum is released once with the same noise as a gradient sum (one slot's record
+against the empty record moves it by at most ``M``), and from then on every record is used as
+``Pi_M(Pi_M(x) - c)``, with ``c`` the released mean (bias coordinate set to 0: the last
+feature is the constant bias). Without it the first steps' direction ``sum y x`` carries the
+records' common component (blank pixels) weighted by the batch's class imbalance, which moves every margin alike.
 Two batching schemes: ``"records"`` closes a batch after every ``batch`` records seen (a batch
 may then hold 0 labels: nothing is released, no step), ``"labels"`` after every ``batch``
 labelled records. ``noise=None`` gives the non-private online learner (same code path).
@@ -115,7 +115,7 @@ def centred_rows(X: NDArray[np.floating], centre: Vector | None,
     """Rows of ``X`` as a centring learner uses them: ``Pi_M(x)``, then ``Pi_M(Pi_M(x) - c)``
     once a centre ``c`` is released (``None``: no centre yet, rows only projected). The
     second projection keeps every centred record in the ball, so gradients keep their
-    ``2 M`` sensitivity whatever the (noisy) centre."""
+    ``M`` sensitivity whatever the (noisy) centre."""
     rows = project_rows(X, radius)
     return rows if centre is None else project_rows(rows - centre, radius)
 
@@ -274,7 +274,7 @@ class OnlineSVM:
         return asked
 
     def release_centre(self) -> None:
-        """Release the centring records' sum (noisy, sensitivity ``2 M``) and fix the centre."""
+        """Release the centring records' sum (noisy, sensitivity ``M``) and fix the centre."""
         total = self._centre_sum
         noisy = total if self.noise is None else self.noise.release(total)
         self.centre_ = centre_from_release(noisy, self.config.centre)

@@ -10,8 +10,12 @@ below is the prefix-sum mechanism's releases, calibrated so that a whole block c
 :mod:`common.online.tree`).
 
 **Neighbouring streams and the charge.** Two streams are neighbours when they differ in one
-*slot*: one arriving record replaced by another, or by the empty record (the zero vector,
-which is queried like any record and adds a zero gradient: "removed" keeps its slot). Under
+*slot*: it holds an arriving record in one and the empty record in the other (the zero
+vector, which is queried like any record and adds a zero gradient): the system's unit, one
+record added or removed (DESIGN.md), with "removed" keeping its slot. So one slot moves a
+gradient sum by at most ``C`` (``M`` for FLMB and the centring sum), the sensitivity every
+online noise is set for; a record *replaced* by another is two such slots (twice the
+sensitivity, four times the zCDP), as for the histograms. Under
 the ``"labels"`` scheme batch boundaries are fixed by the sequence of query decisions; under
 ``"records"`` by slot positions. Both are identical in neighbouring streams once the
 differing slot's query decision is equal, and that decision is ``epsilon_select``-DP; so the
@@ -135,7 +139,8 @@ class OnlineParams(BaseModel):
         "weights updated every `leaf` labels; docs/ONLINE.md) or 'flmb' (the per-batch-noise "
         "mini-batch SGD of Ghassemi et al., the baseline).")
     clip: _Pos = Field(default=0.5, description="FTRL: C, centred records are projected into "
-                       "this ball (gradient sensitivity 2C).")
+                       "this ball (gradient sensitivity C: one slot's record against the empty "
+                       "record).")
     eta: _Pos = Field(default=0.01, description="FTRL: weights = Pi_R(-eta x noisy prefix sum "
                       "of the gradients).")
     bias: float = Field(default=0.25, ge=0, lt=1, description="FTRL: the constant (last) "
@@ -218,9 +223,9 @@ class OnlineParams(BaseModel):
         return ExponentialRule.for_epsilon(self.p, bound, eps)
 
     def noise(self) -> GradientNoise:
-        """The gradient noise: FTRL's square-root releases (sensitivity ``2 C |C|_col``) or
-        tree nodes (``2 C`` in ``log2(tree_leaves) + 1`` nodes), or FLMB's batch sums
-        (``2 M``); scale computed once."""
+        """The gradient noise: FTRL's square-root releases (sensitivity ``C |C|_col``) or
+        tree nodes (``C`` in ``log2(tree_leaves) + 1`` nodes), or FLMB's batch sums
+        (``M``); scale computed once."""
         eps, delta = float(self.epsilon_gradient), float(self.delta_gradient)
         if self.algorithm == "ftrl" and self.prefix == "sqrt":
             return online_factor_noise(self.clip, eps, delta, self.horizon)
@@ -229,7 +234,7 @@ class OnlineParams(BaseModel):
         return online_noise(self.radius_x, eps, delta)
 
     def centre_noise(self) -> GradientNoise:
-        """Noise of the centring sum (records in the ball of ``M``: sensitivity ``2 M``)."""
+        """Noise of the centring sum (records in the ball of ``M``: sensitivity ``M``)."""
         return online_noise(self.radius_x, float(self.epsilon_gradient),
                             float(self.delta_gradient))
 

@@ -16,8 +16,8 @@ decisions only, and the number and times of releases are functions of the schedu
 
 The centring window (``OnlineParams.centre_window``) releases instead the sum of its slots'
 records (:func:`centre_batch`): no slot is queried, unused slots add the empty record (zero),
-so its count is the window's public number of slots. One slot's record replaced by another or
-by the empty record moves the sum by at most ``2 M``: the gradient's sensitivity and noise.
+so its count is the window's public number of slots. One slot's record against the empty
+record moves the sum by at most ``M``: the sensitivity its noise is set for.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def centre_batch(records: Iterable[Vector], dim: int, slots: int, radius: float
                  ) -> tuple[Vector, int]:
     """Exact sum and count of the centring window's release (before noise): the records of
     its used slots, each projected into the ball of ``radius`` (a no-op for records already
-    there; it makes the ``2 M`` bound hold for any input), plus ``slots - len(records)``
+    there; it makes the ``M`` bound hold for any input), plus ``slots - len(records)``
     empty records (zero). The count is ``slots``: public."""
     rows = [np.asarray(r, dtype=np.float64) for r in records]
     if len(rows) > slots:

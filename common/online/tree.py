@@ -18,11 +18,12 @@ the sum of the estimates of the ``popcount(t)`` nodes of ``t``'s binary decompos
 
 Sensitivity. A record's gradient (norm at most ``C``, the clip radius) sits in one leaf; in a
 tree of ``L = 2^k`` leaves, a leaf lies in at most ``k + 1 = height`` of the released nodes
-(one per level). Replacing the record moves each of those node sums by at most ``2 C`` and no
+(one per level). The record against the empty record (one slot, :mod:`common.online.params`)
+moves each of those node sums by at most ``C`` and no
 other node. Later leaves depend on the record only through released nodes (the weights are
 computed from them), so the whole sequence is an adaptive composition of ``height`` Gaussian
-mechanisms of sensitivity ``2 C`` each: ``rho = height (2C)^2 / (2 sigma^2)``-zCDP, exactly
-one Gaussian of sensitivity ``2 C sqrt(height)`` at the node scale ``sigma``. :func:`tree_noise`
+mechanisms of sensitivity ``C`` each: ``rho = height C^2 / (2 sigma^2)``-zCDP, exactly
+one Gaussian of sensitivity ``C sqrt(height)`` at the node scale ``sigma``. :func:`tree_noise`
 sets ``sigma`` with OpenDP's zCDP -> (epsilon, delta) conversion
 (:func:`common.noise.gradient.gaussian_scale`) so the whole tree costs ``(epsilon, delta)``
 per record. The noise itself is OpenDP's Gaussian sampler (exact, from a CSPRNG), drawn once
@@ -69,8 +70,8 @@ def tree_height(leaves: int) -> int:
 
 def tree_noise(clip: float, epsilon: float, delta: float, leaves: int) -> GradientNoise:
     """Node noise of a tree of ``leaves`` leaves over gradients of norm at most ``clip``:
-    ``height`` nodes of sensitivity ``2 clip`` compose (zCDP) to one Gaussian of sensitivity
-    ``2 clip sqrt(height)``, calibrated to ``(epsilon, delta)`` (plus a relative 1e-9 for
+    ``height`` nodes of sensitivity ``clip`` compose (zCDP) to one Gaussian of sensitivity
+    ``clip sqrt(height)``, calibrated to ``(epsilon, delta)`` (plus a relative 1e-9 for
     float rounding, as :func:`common.noise.gradient.make_gradient_noise`)."""
     from common.noise.gradient import GradientNoise, make_gradient_noise
 

@@ -89,7 +89,7 @@ def test_prefix_noise_has_the_bottom_up_variance() -> None:
 
 def test_tree_noise_composes_height_nodes_to_the_target() -> None:
     noise = tree_noise(0.25, 1.0, 1e-6, 64)
-    one = gaussian_scale(0.5 * (1 + 1e-9), 1.0, 1e-6)
+    one = gaussian_scale(0.25 * (1 + 1e-9), 1.0, 1e-6)
     assert noise.scale == pytest.approx(one * math.sqrt(7), rel=1e-5)
     assert 0.999 <= noise.accounted_epsilon() <= 1.0
     assert noise.sensitivity == pytest.approx(make_gradient_noise(0.25, 1, 1e-6).sensitivity
@@ -157,8 +157,8 @@ def release_sequence(first: np.ndarray, noise: object) -> np.ndarray:
 
 @pytest.mark.parametrize(("height", "caught"), [(3, False), (1, True)])
 def test_whole_release_sequence_on_neighbouring_streams(height: int, caught: bool) -> None:
-    """Streams differing in their first slot ([1] against [-1]: gradients -1 and +1, the
-    2C of the noise; delta_g = 0.05 so that the control's excess is large). The later
+    """Streams differing in their first slot ([1] against the empty record [0]: gradients -1
+    and 0, the C of the noise; delta_g = 0.05 so that the control's excess is large). The later
     gradients depend on the released nodes (hinge at the FTRL weights). The sum of the
     released nodes that hold leaf 1 (the likelihood ratio's statistic) stays within the
     charged (eps_g, delta_g) with the tree's noise; noise set for one node per leaf
@@ -168,7 +168,7 @@ def test_whole_release_sequence_on_neighbouring_streams(height: int, caught: boo
     holds = [0, 2, 6]  # leaf 1's nodes: level 0 at t=1, level 1 at t=2, level 2 at t=4
     n = 2000
     a = np.array([release_sequence(np.array([1.0]), noise)[holds].sum() for _ in range(n)])
-    b = np.array([release_sequence(np.array([-1.0]), noise)[holds].sum() for _ in range(n)])
+    b = np.array([release_sequence(np.array([0.0]), noise)[holds].sum() for _ in range(n)])
     delta_hat = hockey_stick(a, b, right.epsilon)
     if caught:  # its true delta at eps_g is about 0.15
         assert delta_hat > right.delta + 0.05
