@@ -16,7 +16,8 @@ their projected sum is released once with the same noise as a gradient sum (one 
 against the empty record moves it by at most ``M``), and from then on every record is used as
 ``Pi_M(Pi_M(x) - c)``, with ``c`` the released mean (bias coordinate set to 0: the last
 feature is the constant bias). Without it the first steps' direction ``sum y x`` carries the
-records' common component (blank pixels) weighted by the batch's class imbalance, which moves every margin alike.
+records' common component (blank pixels) weighted by the batch's class imbalance, which moves
+every margin alike.
 Two batching schemes: ``"records"`` closes a batch after every ``batch`` records seen (a batch
 may then hold 0 labels: nothing is released, no step), ``"labels"`` after every ``batch``
 labelled records. ``noise=None`` gives the non-private online learner (same code path).
