@@ -194,7 +194,9 @@ def test_a_step_that_would_overflow_is_skipped_and_the_next_one_is_taken(
     online = {**ONLINE, "eta0": 1e307, "eta": 1e307}  # FLMB's and DP-FTRL's step size
     signed = create_study(client, coord_kit, online_members, online)
     h1 = online_members[0].headers
-    r = client.post(URL, json=body(signed, "a", np.full(4, 40.0), 1, 0, online=online),
+    big = 0.9 * online_release_bound(OnlineParams(**online), 1) / 2  # norm 2 big: inside
+    assert big * 1e307 > np.finfo(np.float64).max  # the step overflows
+    r = client.post(URL, json=body(signed, "a", np.full(4, big), 1, 0, online=online),
                     headers=h1)
     assert (r.status_code, r.json()["model_version"]) == (201, 0), r.text  # skipped
     model = _online_model(client)
