@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from common.canonical import parse_canonical
 from common.config import StudyConfig, canonical_json
 from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
 
@@ -120,7 +121,7 @@ def verify_config(
             "the config was altered in transit or not issued by this coordinator"
         ) from exc
     try:
-        config = StudyConfig.model_validate_json(payload)
+        config = parse_canonical(StudyConfig, payload)
     except ValidationError as exc:
         raise SignatureInvalid(f"signed config is not a valid study config: {exc}") from exc
     if canonical_json(config) != payload:

@@ -56,12 +56,15 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     model_serializer,
     model_validator,
 )
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
+from common.canonical import is_canonical
 from common.delta_floor import check_delta
 from common.online.ftrl import FTRLConfig, ftrl_rows
 from common.online.learner import OnlineConfig, centred_rows
@@ -72,12 +75,16 @@ from common.params import omit_at_defaults
 if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
     from common.noise.gradient import GradientNoise
 
-__all__ = ["OnlineParams", "to_ball"]
+__all__ = ["SIGNED_AT", "OnlineParams", "to_ball"]
 
-_FTRL_DEFAULTS = {"algorithm": "ftrl", "clip": 0.5, "eta": 0.01, "bias": 0.25, "leaf": 10,
-                  "tree_leaves": 64, "prefix": "sqrt", "horizon": 256}
-"""Omitted from the canonical form at these values: configs signed before DP-FTRL keep their
-bytes (and are read as DP-FTRL, the default learner; see docs/ONLINE.md)."""
+SIGNED_AT = {"centre_window": None, "algorithm": "ftrl", "clip": 0.5, "eta": 0.01,
+             "bias": 0.25, "leaf": 10, "tree_leaves": 64, "prefix": "sqrt", "horizon": 256}
+"""The values these keys had when they were added: the canonical form leaves a key out at its
+value here, so configs signed before it keep their bytes (configs signed before DP-FTRL are
+read as DP-FTRL), and a parse of canonical bytes (``common.canonical.parse_canonical``) reads a
+missing key as its value here, **not** as the field's default. So a field's default may move
+without changing the meaning of a study signed before (a new value differs from the one here
+and is written out); never change a value here. Today every default equals its value here."""
 
 
 def _exact(quantum: Decimal, name: str) -> BeforeValidator:
@@ -167,10 +174,12 @@ class OnlineParams(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _renamed(cls, data: object) -> object:
+    def _signed_form(cls, data: object, info: ValidationInfo) -> object:
         if isinstance(data, dict) and "epoch_records" in data:  # configs signed before 0009
             data = {k: v for k, v in data.items() if k != "epoch_records"} | {
                 "window_slots": data["epoch_records"]}
+        if isinstance(data, dict) and is_canonical(info.context):
+            data = SIGNED_AT | data  # a key the canonical form left out: its signed value
         return data
 
     @model_validator(mode="after")
@@ -185,10 +194,14 @@ class OnlineParams(BaseModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_no_centre(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """``centre_window`` is omitted when null, so configs signed before it keep their
-        canonical form (their signatures still verify)."""
-        return omit_at_defaults(handler(self), {"centre_window": None, **_FTRL_DEFAULTS})
+    def _canonical_form(self, handler: SerializerFunctionWrapHandler,
+                        info: SerializationInfo) -> Any:
+        """The canonical form leaves out the keys at their :data:`SIGNED_AT` values, so
+        configs signed before them keep their bytes (their signatures still verify); every
+        other dump is complete (parsed without the canonical context, a missing key is the
+        field's default)."""
+        doc = handler(self)
+        return omit_at_defaults(doc, SIGNED_AT) if is_canonical(info.context) else doc
 
     def learner(self) -> OnlineConfig:
         """The pure learner's configuration."""

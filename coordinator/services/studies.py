@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from common.canonical import parse_canonical
 from common.config import StudyConfig, new_study_config
 from common.detectors.rules import grid_rule, study_lsh, study_scoring
 from common.errors import Conflict, InvalidInput, NotFound
@@ -29,7 +30,7 @@ log = logging.getLogger("fedod.studies")
 @lru_cache(maxsize=256)
 def parse_config(payload: str) -> StudyConfig:
     """A stored config payload, parsed once per payload and process."""
-    return StudyConfig.model_validate_json(payload)
+    return parse_canonical(StudyConfig, payload)
 
 
 def study_config(study: Study) -> StudyConfig:

@@ -138,31 +138,45 @@ def plain_maker(d: int) -> Make:
     return lambda: OnlineSVM(OnlineConfig(d, 1.0, 100.0, 1e-3, 10.0, 1, "labels"))
 
 
+Score = Callable[[np.ndarray, np.ndarray], float]
+
+
+def error(predicted: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean(predicted != truth))
+
+
+def flagged(predicted: np.ndarray, truth: np.ndarray) -> float:
+    """Share of the test part predicted +1 (0: the majority class only, on the ODDS sets)."""
+    return float(np.mean(predicted == 1))
+
+
 def run_once(model: Learner, X: np.ndarray, y: np.ndarray, Xe: np.ndarray,
-             ye: np.ndarray) -> list[float]:
-    """One stream; test error each time the label count reaches a checkpoint (the stream's
-    end error for checkpoints it never reaches)."""
+             ye: np.ndarray, score: Score = error) -> list[float]:
+    """One stream; test error (or ``score``) each time the label count reaches a checkpoint
+    (the stream's end figure for checkpoints it never reaches)."""
     out: list[float] = []
     for x, label in zip(X, y, strict=True):
         if model.step(x, lambda label=label: int(label)) and model.queried_ == CHECKPOINTS[
                 len(out)]:
-            out.append(float(np.mean(model.predict(Xe) != ye)))
+            out.append(score(model.predict(Xe), ye))
             if len(out) == len(CHECKPOINTS):
                 break
-    last = float(np.mean(model.predict(Xe) != ye))
+    last = score(model.predict(Xe), ye)
     return out + [last] * (len(CHECKPOINTS) - len(out))
 
 
 def runs(s: Split, pool: np.ndarray, evaluate: np.ndarray, orders: int, make: Make,
-         seed: int, length: int = STREAM) -> tuple[np.ndarray, np.ndarray]:
-    """Errors (%) per stream and checkpoint, and query rates (%), over ``orders`` streams
-    resampled from ``pool`` (orders from ``seed``; the noise is fresh, from OpenDP)."""
+         seed: int, length: int = STREAM, score: Score = error
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Errors (%, or ``score``) per stream and checkpoint, and query rates (%), over ``orders``
+    streams resampled from ``pool`` (orders from ``seed``; the noise is fresh, from OpenDP)."""
     rng = np.random.default_rng(seed)  # stream orders only, never noise
     errs, rates = [], []
     for _ in range(orders):
         rows = rng.choice(pool, size=length)
         model = make()
-        errs.append(run_once(model, s.X[rows], s.y[rows], s.X[evaluate], s.y[evaluate]))
+        errs.append(run_once(model, s.X[rows], s.y[rows], s.X[evaluate], s.y[evaluate],
+                             score))
         rates.append(model.queried_ / (model.seen_ - getattr(model.config, "centre", 0)))
     return 100 * np.array(errs), 100 * np.array(rates)
 
@@ -252,6 +266,45 @@ def report(key: str, orders: int, folds: int, select_orders: int) -> None:
           + ", ".join(f"{m}: {g:+.1f}" for m, g in zip(CHECKPOINTS, d_gap, strict=True)) + ".")
 
 
+BEST_ACROSS = {"clip": 0.5, "eta": 0.1, "leaf": 20, "bias": 0.5, "horizon": 256}
+"""The grid's candidate with the lowest mean cross-validated excess over each set's best
+(training parts only, BENCHMARKS.md), at the product's horizon: the default it would become."""
+
+
+def report_defaults(key: str, orders: int) -> None:
+    """``--defaults``: the product's defaults against :data:`BEST_ACROSS`, no selection:
+    test error and the share of the test part predicted +1 (a learner that predicts the
+    majority class only flags nothing)."""
+    s = load(key)
+    if s is None:
+        print(f"\n{key}: not found under {DATA}, skipped")
+        return
+    d = s.X.shape[1]
+    now = OnlineParams(dim=d)
+    sets = {"product defaults": {k: getattr(now, k) for k in BEST_ACROSS},
+            "best across the sets": BEST_ACROSS}
+    plain = runs(s, s.train, s.test, orders, plain_maker(d), seed=2, length=600)[0].mean(axis=0)
+    print(f"\n#### {s.name} (majority class {s.majority:.1f} %; +1 is "
+          f"{100 * np.mean(s.y[s.test] == 1):.1f} % of the test part)\n")
+    marks = " | ".join(f"{m} labels" for m in CHECKPOINTS)
+    print(f"| DP-FTRL eps 1+1 | figure | {marks} |\n" + "|---" * (len(CHECKPOINTS) + 2) + "|")
+    gaps = []
+    for name, kw in sets.items():
+        errs = runs(s, s.train, s.test, orders, ftrl_maker(d, **kw), seed=2)[0]
+        share = runs(s, s.train, s.test, orders, ftrl_maker(d, **kw), seed=2,
+                     score=flagged)[0]
+        for figure, col in (("error %", errs), ("predicted +1 %", share)):
+            print(f"| {name} {kw} | {figure} | "
+                  + " | ".join(cell(col[:, i]) for i in range(len(CHECKPOINTS))) + " |")
+        gaps.append((name, errs.mean(axis=0)))
+    print("| non-private online | error % | " + " | ".join(f"{v:.1f}" for v in plain) + " |")
+    for name, mean in gaps:
+        print(f"\n{name}, minus non-private: "
+              + ", ".join(f"{m}: {g:+.1f}" for m, g in zip(CHECKPOINTS, mean - plain, strict=True))
+              + f"; worse than the majority class at 100 labels or later: "
+              f"{mean[1:].max() > s.majority + 1e-6}.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--orders", type=int, default=10, help="test stream orders (10)")
@@ -259,10 +312,15 @@ def main() -> None:
     ap.add_argument("--select-orders", type=int, default=2,
                     help="stream orders per candidate and fold in the selection (2)")
     ap.add_argument("--datasets", nargs="*", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--defaults", action="store_true", help="only the product's defaults "
+                    "against BEST_ACROSS (no cross-validation; minutes, not an hour)")
     args = ap.parse_args()
     start = time.process_time()
     for key in args.datasets:
-        report(key, args.orders, args.folds, args.select_orders)
+        if args.defaults:
+            report_defaults(key, args.orders)
+        else:
+            report(key, args.orders, args.folds, args.select_orders)
     print(f"\nCPU time: {time.process_time() - start:.0f} s; test errors in %, mean ± sd over "
           "stream orders.")
 

@@ -250,3 +250,23 @@ def test_epsilon_decimal_in_model() -> None:
         "delta_grid": "0",
     }
     assert PrivacyParams.model_json_schema()["properties"]["epsilon_lsh"]["type"] == "string"
+
+
+def test_both_parses_of_a_signed_config_read_left_out_keys_as_signed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The participant's verification and the coordinator's config cache parse canonical
+    bytes in the canonical context: a key the signed form left out reads as its signed value
+    (``SIGNED_AT``), not as today's default (simulated: a signed ``eta`` of 0.02)."""
+    from common.online import OnlineParams
+    from common.online.params import SIGNED_AT
+    from coordinator.services.studies import parse_config
+
+    monkeypatch.setitem(SIGNED_AT, "eta", 0.02)
+    signed = sign_config(make(online=OnlineParams(dim=5, eta=0.02)), KEY)
+    assert b'"eta"' not in signed.payload.encode()
+    for got in (verify_config(signed, KEY.public_key(), now=NOW),
+                parse_config.__wrapped__(signed.payload)):
+        assert got.online is not None and got.online.eta == 0.02
+    fresh = verify_config(sign_config(make(online=OnlineParams(dim=5)), KEY), KEY.public_key(),
+                          now=NOW)
+    assert fresh.online is not None and fresh.online.eta == 0.01

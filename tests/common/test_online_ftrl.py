@@ -11,10 +11,12 @@ import pytest
 from scipy import stats
 from test_online import ALPHA, hockey_stick
 
+from common.canonical import canonical_json, parse_canonical
 from common.noise.gradient import GradientNoise, gaussian_scale, make_gradient_noise
 from common.online import OnlineParams, to_ball
 from common.online.factor import column_norm
 from common.online.ftrl import FTRLConfig, OnlineFTRL, ftrl_weights
+from common.online.params import SIGNED_AT
 from common.online.tree import TreeAggregator, lowbit, node_weights, tree_height, tree_noise
 
 RNG = np.random.default_rng(5)  # data only; never privacy noise
@@ -99,24 +101,43 @@ def test_tree_noise_composes_height_nodes_to_the_target() -> None:
 def test_ftrl_params_charge_and_canonical_form() -> None:
     params = OnlineParams(dim=3)
     assert params.algorithm == "ftrl"
-    assert "algorithm" not in params.model_dump(mode="json")  # default: omitted, old bytes kept
+    assert b"algorithm" not in canonical_json(params)  # signed value: omitted, old bytes kept
     cost = params.epoch_cost()
     assert cost.epsilon == Decimal(1) + Decimal(params.rule().epsilon()).quantize(
         Decimal("1e-9"), rounding="ROUND_CEILING")
     assert params.rule().bound == pytest.approx(params.radius_w * params.clip)
     flmb = OnlineParams(dim=3, algorithm="flmb")
-    assert flmb.model_dump(mode="json")["algorithm"] == "flmb"
+    assert b'"algorithm":"flmb"' in canonical_json(flmb)
     # default, square-root factorisation: the clip's share of FLMB's noise, times the largest
     # column norm of A^(1/2) over the 256-leaf horizon; tree: times sqrt(7) for its 7 nodes
-    assert params.prefix == "sqrt" and "prefix" not in params.model_dump(mode="json")
+    assert params.prefix == "sqrt" and b"prefix" not in canonical_json(params)
     assert params.noise().scale == pytest.approx(
         flmb.noise().scale * params.clip * column_norm(256), rel=1e-5)
     tree = OnlineParams(dim=3, prefix="tree")
-    assert tree.model_dump(mode="json")["prefix"] == "tree"
+    assert b'"prefix":"tree"' in canonical_json(tree)
     assert tree.noise().scale == pytest.approx(flmb.noise().scale * params.clip * math.sqrt(7),
                                                rel=1e-5)
     with pytest.raises(ValueError, match="power of two"):
         OnlineParams(dim=3, tree_leaves=48)
+
+
+def test_a_moved_default_keeps_the_meaning_of_signed_configs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A default may move without changing a signed study: the canonical form leaves a key
+    out only at its signed value (``SIGNED_AT``), and canonical bytes read a missing key as
+    that value. Simulated here by a signed value of ``eta`` (0.02) other than its default."""
+    monkeypatch.setitem(SIGNED_AT, "eta", 0.02)
+    new = OnlineParams(dim=3)
+    assert new.eta == 0.01 and b'"eta":0.01' in canonical_json(new)  # written out in full
+    assert parse_canonical(OnlineParams, canonical_json(new)) == new
+    old = OnlineParams(dim=3, eta=0.02)
+    signed = canonical_json(old)
+    assert b'"eta"' not in signed
+    assert parse_canonical(OnlineParams, signed) == old
+    assert canonical_json(parse_canonical(OnlineParams, signed)) == signed  # bytes kept
+    assert OnlineParams.model_validate_json(signed).eta == 0.01  # why the context is needed
+    dump = old.model_dump(mode="json")  # any other dump is complete: safe to post again
+    assert dump["eta"] == 0.02 and OnlineParams.model_validate(dump) == old
 
 
 def test_learner_steps_every_leaf_labels_from_the_first() -> None:
