@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=br.DATA)
     parser.add_argument("--seeds", type=int, default=10, help="family and noise seeds (10)")
     args = parser.parse_args()
-    grid = [(m, s, sc) for m in br.M_GRID for s in br.S_GRID for sc in br.SCORINGS]
+    grid = br.GRID
     half = args.seeds // 2
     pick, held = slice(0, half), slice(half, args.seeds)
     print("| public inputs | twin A | twin B | eps | p | mode | oracle A | oracle B | best shared "

@@ -20,6 +20,7 @@ can be re-printed without re-measuring; delete it after changing the simulation.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -35,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rules_kit as kit  # noqa: E402
 
 from common.detectors import rules  # noqa: E402
-from common.detectors.rules import lsh_rule  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 EPSILONS = [0.03, 0.1, 0.3, 1.0]
@@ -98,6 +98,38 @@ def _sd(res: dict[str, list[float]], cond: tuple[float, int, str], m: int, s: in
     return float(np.std(res[f"{eps}/{p}/{mode}/{m}/{s}/{scoring}"]))
 
 
+GRID: list[Setting] = [(m, s, sc) for m in M_GRID for s in S_GRID for sc in SCORINGS]
+"""The 120 settings searched with labels (the oracle's choices)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """One condition of one dataset: the rule's setting and AUC against the oracles."""
+
+    rule: Setting
+    oracle: Setting
+    auc: float  # the rule's mean AUC
+    oracle_auc: float  # in-sample oracle
+    held_gap: float  # held-out oracle minus the rule, on the held-out seeds
+    paper_log: float
+    paper_mass: float
+
+
+def judge(res: dict[str, list[float]], n: int, d: int, cond: tuple[float, int, str],
+          seeds: int) -> Judged:
+    """The rule (as ``lsh_rule`` is now) on ``cond`` against the oracle picked on all seeds
+    and the one picked on the first ``seeds - 2`` and judged on the last 2."""
+    eps, p, mode = cond
+    pick, held = slice(0, seeds - 2), slice(seeds - 2, seeds)
+    c = rules.lsh_rule(d=d, expected_records=n // p, cohort_size=p, epsilon=eps, mode=mode)
+    ms: Setting = (c.n_tables, c.sample_size, c.scoring)
+    best = max(GRID, key=lambda g: _mean(res, cond, *g))
+    best_h = max(GRID, key=lambda g: _mean(res, cond, *g, pick))
+    return Judged(ms, best, _mean(res, cond, *ms), _mean(res, cond, *best),
+                  _mean(res, cond, *best_h, held) - _mean(res, cond, *ms, held),
+                  _mean(res, cond, *PAPER, "log"), _mean(res, cond, *PAPER, "mass"))
+
+
 def report(cache: dict[str, dict[str, list[float]]], shapes: dict[str, tuple[int, int]],
            seeds: int) -> None:
     """Per-condition rows (``--full``) and the per-dataset summary with the verdicts.
@@ -105,24 +137,15 @@ def report(cache: dict[str, dict[str, list[float]]], shapes: dict[str, tuple[int
     Oracle (in-sample): the grid point with the best mean over all seeds, judged on the same
     seeds (biased upwards: the best of 60 noisy means). Oracle (held out): picked on the
     first ``seeds - 2`` seeds, its AUC on the last 2, beside the rule on those 2."""
-    grid: list[Setting] = [(m, s, sc) for m in M_GRID for s in S_GRID for sc in SCORINGS]
-    paper_log: Setting = (*PAPER, "log")
-    paper_mass: Setting = (*PAPER, "mass")
-    pick, held = slice(0, seeds - 2), slice(seeds - 2, seeds)
     rows, summary = [], []
     for name, res in cache.items():
         n, d = shapes[name]
         per: list[tuple[float, ...]] = []
         for cond in kit.conditions(EPSILONS, PARTS, MODES):
             eps, p, mode = cond
-            rule = lsh_rule(d=d, expected_records=n // p, cohort_size=p, epsilon=eps,
-                            mode=mode)
-            ms: Setting = (rule.n_tables, rule.sample_size, rule.scoring)
-            best = max(grid, key=lambda g: _mean(res, cond, *g))
-            best_h = max(grid, key=lambda g: _mean(res, cond, *g, pick))
-            r, o = _mean(res, cond, *ms), _mean(res, cond, *best)
-            pl, pm = _mean(res, cond, *paper_log), _mean(res, cond, *paper_mass)
-            gap_h = _mean(res, cond, *best_h, held) - _mean(res, cond, *ms, held)
+            j = judge(res, n, d, cond, seeds)
+            ms, best, r, o = j.rule, j.oracle, j.auc, j.oracle_auc
+            pl, pm, gap_h = j.paper_log, j.paper_mass, j.held_gap
             per.append((r, o, max(pl, pm), o - r, gap_h, pl, pm))
             rows.append(f"| {name} | {eps:g} | {p} | {mode} | {', '.join(map(str, ms))} | "
                         f"{r:.1f} ± {_sd(res, cond, *ms):.1f} | {', '.join(map(str, best))} | "
@@ -175,28 +198,16 @@ def variants(cache: dict[str, dict[str, list[float]]], shapes: dict[str, tuple[i
              seeds: int) -> None:
     """Each :data:`VARIANTS` entry judged like the rule, on all sets and on two halves of
     them (alternate sets), so a change that only fits some sets shows."""
-    grid: list[Setting] = [(m, s, sc) for m in M_GRID for s in S_GRID for sc in SCORINGS]
-    pick, held = slice(0, seeds - 2), slice(seeds - 2, seeds)
     names = list(cache)
     print("| variant | sets | mean AUC | gap to in-sample oracle | within 1 | gap to held-out "
           "oracle | >= better paper |\n|---|---|---|---|---|---|---|")
     for label, constants in VARIANTS.items():
         for part, sets in (("all", names), ("odd", names[1::2]), ("even", names[0::2])):
-            got = []
             with mock.patch.multiple(rules, **constants):
-                for name in sets:
-                    res, (n, d) = cache[name], shapes[name]
-                    for cond in kit.conditions(EPSILONS, PARTS, MODES):
-                        c = rules.lsh_rule(d=d, expected_records=n // cond[1],
-                                           cohort_size=cond[1], epsilon=cond[0], mode=cond[2])
-                        ms: Setting = (c.n_tables, c.sample_size, c.scoring)
-                        r = _mean(res, cond, *ms)
-                        best = max(_mean(res, cond, *g) for g in grid)
-                        best_h = max(grid, key=lambda g, cond=cond: _mean(res, cond, *g, pick))
-                        paper = max(_mean(res, cond, *PAPER, sc) for sc in SCORINGS)
-                        got.append((r, best - r, _mean(res, cond, *best_h, held)
-                                    - _mean(res, cond, *ms, held), r >= paper))
-            a = np.asarray(got, dtype=float)
+                got = [judge(cache[name], *shapes[name], cond, seeds) for name in sets
+                       for cond in kit.conditions(EPSILONS, PARTS, MODES)]
+            a = np.asarray([(j.auc, j.oracle_auc - j.auc, j.held_gap,
+                             j.auc >= max(j.paper_log, j.paper_mass)) for j in got], dtype=float)
             print(f"| {label} | {part} ({len(sets)}) | {a[:, 0].mean():.2f} | {a[:, 1].mean():.2f}"
                   f" | {int((a[:, 1] <= 1).sum())}/{len(a)} | {a[:, 2].mean():+.2f} | "
                   f"{int(a[:, 3].sum())}/{len(a)} |")
