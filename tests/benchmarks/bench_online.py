@@ -274,7 +274,7 @@ BEST_ACROSS = {"clip": 0.5, "eta": 0.1, "leaf": 20, "bias": 0.5, "horizon": 256}
 def report_defaults(key: str, orders: int) -> None:
     """``--defaults``: the product's defaults against :data:`BEST_ACROSS`, no selection:
     test error and the share of the test part predicted +1 (a learner that predicts the
-    majority class only flags nothing)."""
+    majority class only flags nothing), each from its own run of the same orders."""
     s = load(key)
     if s is None:
         print(f"\n{key}: not found under {DATA}, skipped")
