@@ -117,12 +117,14 @@ Make = Callable[[], Learner]
 
 
 def ftrl_maker(d: int, clip: float, eta: float, leaf: int, bias: float, shrink: bool = False,
-               prefix: str = "sqrt", horizon: int | None = None) -> Make:
-    """DP-FTRL; the square root's horizon is the label budget's leaves (public) unless given."""
+               prefix: str = "sqrt", horizon: int | None = None, private: bool = True) -> Make:
+    """DP-FTRL; the square root's horizon is the label budget's leaves (public) unless given.
+    ``private=False``: the same learner and query rule without any noise (a reference)."""
     size = -(-CHECKPOINTS[-1] // leaf) if horizon is None else horizon
     p = OnlineParams(dim=d, clip=clip, eta=eta, leaf=leaf, bias=bias, prefix=prefix,
                      horizon=size)
-    rule, noise, centre_noise = p.rule(), p.noise(), p.centre_noise()
+    rule = p.rule()
+    noise, centre_noise = (p.noise(), p.centre_noise()) if private else (None, None)
     cfg = dataclasses.replace(p.ftrl(CENTRE), shrink=shrink)
     return lambda: OnlineFTRL(cfg, rule, noise, centre_noise)
 
