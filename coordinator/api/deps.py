@@ -41,8 +41,9 @@ def get_session(request: Request) -> Iterator[Session]:
 def get_read_session(session: Annotated[Session, Depends(get_session)]) -> Session:
     """The request's session with a read snapshot as its transaction (``db.READ``): on
     SQLite a deferred ``BEGIN`` that takes no writer lock, so the reads members poll (the
-    round state, the rounds, the certificate) run beside each other and beside the writes
-    instead of one at a time behind them. Declare it before any other dependency that reads
+    round state, the rounds, the certificate, ``/me``) and the admin's (budgets, lists, the
+    dashboard's pages) run beside each other and beside the writes instead of one at a time
+    behind them. Declare it before any other dependency that reads
     (FastAPI solves them in order; the request's session is shared). A handler that must
     write after all ends the snapshot first (``session.commit()``)."""
     session.connection(execution_options=READ)

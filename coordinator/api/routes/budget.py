@@ -6,13 +6,13 @@ from fastapi import APIRouter
 
 from common.schemas import BudgetPublic
 from coordinator.api.auth_route import AuthFirstRoute
-from coordinator.api.deps import AdminDep, SessionDep
+from coordinator.api.deps import AdminDep, ReadSessionDep
 from coordinator.ledger.views import all_budgets
 
 router = APIRouter(prefix="/admin", tags=["budget"], route_class=AuthFirstRoute)
 
 
 @router.get("/budget")
-def get_budgets(session: SessionDep, _: AdminDep) -> list[BudgetPublic]:
+def get_budgets(session: ReadSessionDep, _: AdminDep) -> list[BudgetPublic]:
     """Per participant: cap, spent, remaining and every charge."""
     return all_budgets(session)

@@ -8,7 +8,14 @@ from fastapi import APIRouter, Path, Response, status
 
 from common.cohorts.schemas import CohortReleaseCreate, CohortRoundPublic, CohortsPublic
 from coordinator.api.auth_route import AuthFirstRoute
-from coordinator.api.deps import AdminDep, CurrentParticipant, SessionDep, StudyMember, StudyReader
+from coordinator.api.deps import (
+    AdminDep,
+    CurrentParticipant,
+    ReadSessionDep,
+    SessionDep,
+    StudyMember,
+    StudyReader,
+)
 from coordinator.services import cohorts
 from coordinator.services.cohorts_views import cohorts_public, round_public
 
@@ -17,7 +24,7 @@ RoundNumber = Annotated[int, Path(ge=1, le=1000, description="Round number, 1 to
 
 
 @router.get("/studies/{study_id}/cohorts")
-def get_cohorts(study: StudyReader, session: SessionDep) -> CohortsPublic:
+def get_cohorts(session: ReadSessionDep, study: StudyReader) -> CohortsPublic:
     """The cohort run: the open round and its public state, or the released cohort model."""
     return cohorts_public(session, study)
 

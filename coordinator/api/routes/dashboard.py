@@ -10,7 +10,7 @@ from fastapi import APIRouter, Cookie, Form, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from common.errors import NotFound
-from coordinator.api.deps import KeysDep, SessionDep, SettingsDep, is_admin_token
+from coordinator.api.deps import KeysDep, ReadSessionDep, SessionDep, SettingsDep, is_admin_token
 from coordinator.dashboard import session as admin_session
 from coordinator.dashboard.login_throttle import judge_login
 from coordinator.dashboard.pages import (
@@ -43,7 +43,7 @@ def _redirect(url: str) -> RedirectResponse:
 
 @router.get("")
 def dashboard(
-    session: SessionDep, settings: SettingsDep, keys: KeysDep, cookie: SessionCookie = None
+    session: ReadSessionDep, settings: SettingsDep, keys: KeysDep, cookie: SessionCookie = None
 ) -> Response:
     """The budget dashboard, or a redirect to the login form."""
     if not admin_session.verify(session, settings.admin_token, cookie):
@@ -51,7 +51,7 @@ def dashboard(
     return _html(dashboard_page(session, keys.key_id(), settings.dashboard_warn_fraction))
 
 
-def _detail(render: Callable[[], str], session: SessionDep, settings: SettingsDep,
+def _detail(render: Callable[[], str], session: ReadSessionDep, settings: SettingsDep,
             cookie: str | None) -> Response:
     if not admin_session.verify(session, settings.admin_token, cookie):
         return _redirect("/admin/login")
@@ -65,7 +65,7 @@ def _detail(render: Callable[[], str], session: SessionDep, settings: SettingsDe
 
 @router.get("/participants/{name}")
 def participant_detail(
-    name: str, session: SessionDep, settings: SettingsDep, keys: KeysDep,
+    name: str, session: ReadSessionDep, settings: SettingsDep, keys: KeysDep,
     cookie: SessionCookie = None,
 ) -> Response:
     """One participant's budget, ε over time, itemised charges and refused attempts."""
@@ -76,7 +76,7 @@ def participant_detail(
 
 @router.get("/studies/{study_id}")
 def study_detail(
-    study_id: str, session: SessionDep, settings: SettingsDep, keys: KeysDep,
+    study_id: str, session: ReadSessionDep, settings: SettingsDep, keys: KeysDep,
     cookie: SessionCookie = None,
 ) -> Response:
     """One study's config, contributors, ε over time per participant and charges."""
@@ -86,7 +86,7 @@ def study_detail(
 
 @router.get("/studies/{study_id}/cohorts")
 def study_cohorts(
-    study_id: str, session: SessionDep, settings: SettingsDep, keys: KeysDep,
+    study_id: str, session: ReadSessionDep, settings: SettingsDep, keys: KeysDep,
     cookie: SessionCookie = None,
 ) -> Response:
     """One study's cohort rounds and its released cohorts."""

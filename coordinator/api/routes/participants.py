@@ -13,7 +13,7 @@ from common.schemas import (
     ParticipantUpdate,
 )
 from coordinator.api.auth_route import AuthFirstRoute
-from coordinator.api.deps import AdminDep, CurrentParticipant, SessionDep
+from coordinator.api.deps import AdminDep, CurrentParticipant, ReadSessionDep, SessionDep
 from coordinator.db.tables import Participant
 from coordinator.ledger.views import budget_of
 from coordinator.services import participants
@@ -43,7 +43,7 @@ def create_participant(
 
 
 @router.get("/participants")
-def list_participants(session: SessionDep, _: AdminDep) -> list[ParticipantPublic]:
+def list_participants(session: ReadSessionDep, _: AdminDep) -> list[ParticipantPublic]:
     """Every participant (no credentials)."""
     return [participant_public(p) for p in participants.list_participants(session)]
 
@@ -66,6 +66,6 @@ def update_caps(
 
 
 @router.get("/me")
-def me(participant: CurrentParticipant, session: SessionDep) -> BudgetPublic:
+def me(session: ReadSessionDep, participant: CurrentParticipant) -> BudgetPublic:
     """The calling participant's own budget and itemised ledger."""
     return budget_of(session, participant)

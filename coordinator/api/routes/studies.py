@@ -21,7 +21,7 @@ def create_study(body: StudyCreate, session: SessionDep, keys: KeysDep, _: Admin
 
 
 @router.get("")
-def list_studies(session: SessionDep, _: AdminDep) -> list[StudyPublic]:
+def list_studies(session: ReadSessionDep, _: AdminDep) -> list[StudyPublic]:
     """Every study with its config and contributor count."""
     return [studies.study_public(session, s) for s in studies.list_studies(session)]
 
