@@ -170,7 +170,7 @@ class Agent:
     ) -> DataSource | DatasetSource:
         """Read and check the whole file against the study schema as a release reads it
         (nothing is sent): every bad column and its first bad rows in one refusal."""
-        from participant.data.precheck import checked_file
+        from participant.release.precheck import checked_file
 
         config, _ = self.fetch_config(study)
         return checked_file(config, path, options)
@@ -188,13 +188,13 @@ class Agent:
         drop_malformed: bool = False,
     ) -> ContributeOutcome:
         """Re-send a stored release if one is pending; otherwise check the whole file
-        locally (:func:`participant.data.precheck.precheck`), then make and send a new one.
+        locally (:func:`participant.release.precheck.precheck`), then make and send a new one.
 
         Every refusal happens before the ledger reservation; from it on, the release is
         charged and sent ``send_slot`` seconds after the config was fetched.
         """
-        from participant.data import precheck as pre
         from participant.release import contribute as rel
+        from participant.release import precheck as pre
         enrolment = self.state.load_enrolment()
         policy.send_schedule(0.0, send_slot, 0.0)  # validate before fetching anything
         check = {"drop_malformed": drop_malformed}
@@ -202,7 +202,8 @@ class Agent:
               pre.engine_client(options) as dask):  # a LocalCluster starts before the slot
             checked = None  # a pending stored release is only re-sent: no file is read
             if not ledger.entries(study=study, status="stored"):
-                checked = pre.precheck(self, ledger, study, path, options, dask=dask, **check)
+                checked = pre.precheck(self.state, self.public_key(), ledger, study, path,
+                                       options, dask=dask, **check)
             if sent := rel.resend_stored(self.state, ledger, client, study):
                 return rel.ContributeOutcome(sent, {}, ledger.spent(), enrolment.cap)
             config, signed = self.fetch_config(study, client)

@@ -94,7 +94,7 @@ def cmd_config(agent: Agent, args: argparse.Namespace) -> None:
 
 
 def cmd_check_data(agent: Agent, args: argparse.Namespace) -> None:
-    from participant.data.precheck import empty_warning
+    from participant.release.precheck import empty_warning
 
     source = agent.check_data(args.study, args.data, options(args))
     r = source.report

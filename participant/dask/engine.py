@@ -6,7 +6,7 @@ worker by :class:`participant.data.reader.DataSource`, so a bad value fails with
 (file, column, rows, values) and exit code as in-process.
 
 Histograms (``contribute``): a map over partitions (each file streamed chunk by chunk
-through ``participant.release.counts.exact_histograms``) and a tree reduction by exact integer
+through ``participant.data.counts.exact_histograms``) and a tree reduction by exact integer
 summation. The exact counts come back to this process, the participant's own machine, where
 ``common.release`` draws the noise once, exactly as the in-process engine does: a worker
 that dies makes Dask recompute its partition, never the release.
@@ -42,11 +42,11 @@ from common.grid import GridSpec
 from common.hashing import LSHFamily
 from common.merge import merge_sparse
 from participant.dask.ranks import BUCKET_ROWS, combined_ranks
+from participant.data.counts import ExactCounts, note_malformed
+from participant.data.counts import exact_histograms as stream_histograms
 from participant.data.dataset import DatasetSource, dataset_files, merge_reports
 from participant.data.reader import DataReport, DataSource, DataSpec
 from participant.progress import Progress
-from participant.release.counts import ExactCounts, note_malformed
-from participant.release.counts import exact_histograms as stream_histograms
 from participant.scoring.score import CohortColumns, Detector, ScoreSummary, flag_count
 
 SPLIT_EVERY = 8

@@ -54,9 +54,19 @@ from participant.data.cells import MAX_SHOWN, column_cells, column_error, joined
 from participant.data.header import check_columns, column_names, data_kind
 from participant.data.spec import WRONG_FIELDS, Chunk, DataReport, DataSpec
 from participant.progress import Progress
-from participant.release.policy import keep_first_rows
 
-__all__ = ["Chunk", "DataReport", "DataSource", "DataSpec", "WRONG_FIELDS", "load_all"]
+__all__ = ["Chunk", "DataReport", "DataSource", "DataSpec", "WRONG_FIELDS", "keep_first_rows",
+           "load_all"]
+
+
+def keep_first_rows(seen: dict[object, int], keys: list[object], cap: int) -> NDArray[np.bool_]:
+    """Mask keeping each key's first ``cap`` rows; ``seen`` carries counts across chunks."""
+    keep = np.ones(len(keys), dtype=bool)
+    for i, key in enumerate(keys):
+        n = seen.get(key, 0) + 1
+        seen[key] = n
+        keep[i] = n <= cap
+    return keep
 
 
 class DataSource:

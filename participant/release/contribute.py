@@ -57,7 +57,7 @@ from common.noise.scale import grid_sensitivity, lsh_sensitivity
 from common.schemas import ContributionCreate
 from common.secagg.params import AggregationParams
 from participant.client import CoordinatorClient, CoordinatorRefused
-from participant.release.counts import ExactCounts, empty_counts, exact_histograms
+from participant.data.counts import ExactCounts, empty_counts, exact_histograms
 from participant.release.flow import Charge, charged_release, or_noise_only
 from participant.release.ledger import Ledger, LedgerEntry
 from participant.state import StateDir, write_private

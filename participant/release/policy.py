@@ -29,9 +29,6 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from common.budget import PrivacyBudget
 from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, SchemaMismatch
@@ -63,16 +60,6 @@ def send_schedule(anchor: float, slot: float, ready: float) -> tuple[float, int]
         return ready, 0
     slots = max(1, math.ceil((ready - anchor) / slot))
     return anchor + slots * slot, slots
-
-
-def keep_first_rows(seen: dict[object, int], keys: list[object], cap: int) -> NDArray[np.bool_]:
-    """Mask keeping each key's first ``cap`` rows; ``seen`` carries counts across chunks."""
-    keep = np.ones(len(keys), dtype=bool)
-    for i, key in enumerate(keys):
-        n = seen.get(key, 0) + 1
-        seen[key] = n
-        keep[i] = n <= cap
-    return keep
 
 
 def check_coordinator_budget(client: CoordinatorClient, cost: PrivacyBudget) -> None:

@@ -19,9 +19,9 @@ from common.signing import generate_key, key_fingerprint, public_key_pem, sign_c
 from participant.agent import Agent, DataOptions
 from participant.cli.main import exit_code
 from participant.client import CoordinatorRefused
+from participant.data.counts import ExactCounts, exact_histograms
 from participant.data.reader import DataSource, DataSpec
 from participant.release import contribute as rel
-from participant.release.counts import ExactCounts, exact_histograms
 
 FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]
 

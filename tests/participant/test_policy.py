@@ -24,8 +24,9 @@ from common.signing import sign_config
 from participant import state as state_mod
 from participant.agent import Agent, DataOptions
 from participant.cli.main import exit_code
+from participant.data.reader import keep_first_rows
 from participant.release import contribute as rel
-from participant.release.policy import SchemaNotApproved, keep_first_rows, send_schedule
+from participant.release.policy import SchemaNotApproved, send_schedule
 
 
 @pytest.mark.parametrize(
@@ -216,7 +217,7 @@ def test_unusable_data_sends_a_noise_only_release_and_charges_it(tmp_path, monke
     refused by the whole-file check before anything is sent or charged; if the file turns
     unusable after the check (the check skipped here), a noise-only substitute is still sent
     and charged; one bad row is dropped instead (tests/privacy/test_malformed_rows.py)."""
-    from participant.data import precheck
+    from participant.release import precheck
 
     fake = FakeCoordinator(GridParams(bins=3, k=5))
     agent = agent_for(fake, tmp_path)

@@ -25,9 +25,9 @@ from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_conf
 from participant.agent import DataOptions
 from participant.cohorts import rounds as cohort_release
 from participant.dask import engine as engine_dask
+from participant.data.counts import exact_histograms
 from participant.data.reader import WRONG_FIELDS
 from participant.online.io import RecordParser, read_lines
-from participant.release.counts import exact_histograms
 
 FEATURES = ("a", "b", "c")
 GOOD_ROW = b"5.5,2.25,9.0"

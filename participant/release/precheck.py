@@ -35,12 +35,14 @@ from common.errors import BudgetExceeded, SchemaMismatch
 from participant.data.spec import DataReport
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from common.config import StudyConfig
-    from participant.agent import Agent
     from participant.data.dataset import DatasetSource
     from participant.data.reader import DataSource
     from participant.options import DataOptions
     from participant.release.ledger import Ledger
+    from participant.state import StateDir
 
 __all__ = ["check_before_release", "checked_file", "empty_warning", "engine_client",
            "precheck", "refusal", "stored_config"]
@@ -48,7 +50,7 @@ __all__ = ["check_before_release", "checked_file", "empty_warning", "engine_clie
 log = logging.getLogger("fedod.participant")
 
 
-def stored_config(study_dir: Any, public_key: Any) -> StudyConfig | None:
+def stored_config(study_dir: Path, public_key: Ed25519PublicKey) -> StudyConfig | None:
     """The signed config last fetched for the study, verified again (signature, expiry,
     digest) under the pinned key; ``None`` if there is none or it no longer verifies."""
     from common.errors import FedodError
@@ -119,9 +121,9 @@ def checked_file(config: StudyConfig, path: str | Path, options: DataOptions, *,
     return source
 
 
-def precheck(agent: Agent, ledger: Ledger, study: str, path: str | Path,
-             options: DataOptions, *, drop_malformed: bool = False, dask: Any = None
-             ) -> int | None:
+def precheck(state: StateDir, public_key: Ed25519PublicKey, ledger: Ledger, study: str,
+             path: str | Path, options: DataOptions, *, drop_malformed: bool = False,
+             dask: Any = None) -> int | None:
     """The check before any request: against the stored signed config, after the checks
     that read no record (options, per-release ceiling, local cap, column roles). Returns the
     config version it checked against; ``None`` when there is no stored config, or the stored
@@ -130,10 +132,10 @@ def precheck(agent: Agent, ledger: Ledger, study: str, path: str | Path,
     instead (:func:`check_before_release`)."""
     from participant.release import policy
 
-    config = stored_config(agent.state.study_dir(study), agent.public_key())
+    config = stored_config(state.study_dir(study), public_key)
     if config is None:
         return None
-    enrolment, cost = agent.state.load_enrolment(), config.release_cost()
+    enrolment, cost = state.load_enrolment(), config.release_cost()
     try:  # the stored config may be stale: what it fails, the fetched one may pass
         policy.check_release_request(config, cost, enrolment.ceiling, options)
         ledger.check(cost, enrolment.cap)
