@@ -7,22 +7,21 @@ import json
 import logging
 import os
 import stat
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from config_kit import NOW, doc, grid_doc, make
 from pydantic import ValidationError
 
 from common.budget import PrivacyBudget
 from common.config import (
-    FeatureSpec,
     GridParams,
     PrivacyParams,
     StudyConfig,
     canonical_json,
-    new_study_config,
 )
 from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
 from common.signing import (
@@ -37,25 +36,7 @@ from common.signing import (
     verify_config,
 )
 
-NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 KEY = generate_key()
-FEATURES = [FeatureSpec(name=f"x{i}", lo=0.0, hi=float(i + 1)) for i in range(4)]
-
-
-def make(**kw: Any) -> StudyConfig:
-    args: dict[str, Any] = {
-        "privacy": PrivacyParams(epsilon_lsh="0.5"),
-        "n_tables": 20,
-        "seed": bytes(range(32)),
-        "now": NOW,
-    }
-    args.update(kw)
-    return new_study_config("study-1", FEATURES, **args)
-
-
-def doc(config: StudyConfig) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(canonical_json(config))
-    return out
 
 
 def resign(payload: dict[str, Any] | bytes) -> SignedConfig:
@@ -183,13 +164,6 @@ def _with(path: str, value: Any) -> dict[str, Any]:
 def test_invalid_configs(path: str, value: Any, match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         StudyConfig.model_validate_json(json.dumps(_with(path, value)))
-
-
-def grid_doc(grid: dict[str, Any], eps: str = "1", delta: str = "0") -> dict[str, Any]:
-    d = doc(make())
-    d["grid"] = grid
-    d["privacy"].update(epsilon_grid=eps, delta_grid=delta)
-    return d
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from config_kit import grid_doc
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from test_config import grid_doc
 
 from common.cohorts.params import CohortParams
 from common.config import StudyConfig

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from online_kit import ALPHA, hockey_stick
 from scipy import stats
 
 from common.budget import PrivacyBudget
@@ -26,8 +27,6 @@ from common.online import (
     step_size,
 )
 
-ALPHA = 1e-4
-"""Significance of the frequency tests: a correct sampler fails once in 10 000 runs."""
 RNG = np.random.default_rng(11)  # data only; never privacy noise
 NAIVE = ExponentialRule(p=0.78, b=0.1, bound=10.0)
 """b * bound = 1: the "queried" branch alone claims epsilon 1; the truth is ~1.176."""
@@ -139,19 +138,6 @@ def test_selection_privacy_on_neighbouring_streams() -> None:
     value, se = empirical_selection_epsilon(NAIVE, 20_000)
     assert value > NAIVE.query_branch_epsilon() + 4 * se  # undercharged: caught
     assert value <= NAIVE.epsilon() + 4 * se
-
-
-def hockey_stick(a: np.ndarray, b: np.ndarray, epsilon: float) -> float:
-    """Empirical delta(epsilon) of two samples on shared bins (binning is post-processing)."""
-    edges = np.linspace(min(a.min(), b.min()), max(a.max(), b.max()), 41)
-    pa = np.histogram(a, edges)[0] / a.size
-    pb = np.histogram(b, edges)[0] / b.size
-    return float(
-        max(
-            np.maximum(pa - math.exp(epsilon) * pb, 0).sum(),
-            np.maximum(pb - math.exp(epsilon) * pa, 0).sum(),
-        )
-    )
 
 
 @pytest.mark.parametrize(("project", "caught"), [(True, False), (False, True)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_online import hockey_stick
+from online_kit import hockey_stick
 
 from common.online import (
     OnlineConfig,

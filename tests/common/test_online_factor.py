@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from online_kit import ALPHA, hockey_stick
 from scipy import stats
-from test_online import ALPHA, hockey_stick
 
 from common.noise.gradient import GradientNoise, gaussian_scale, make_gradient_noise
 from common.online.factor import (

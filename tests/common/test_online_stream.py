@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from online_kit import hockey_stick
 from pydantic import ValidationError
-from test_online import hockey_stick
 
 from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.online import (

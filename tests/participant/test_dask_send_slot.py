@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from test_contribute import FakeCoordinator
+from release_kit import FakeCoordinator
 
 from common.signing import key_fingerprint
 from participant.agent import Agent, DataOptions

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import httpx
 import pytest
-from test_contribute import FakeCoordinator
+from release_kit import FakeCoordinator
 
 from common.budget import PrivacyBudget
 from common.cohorts.params import CohortParams

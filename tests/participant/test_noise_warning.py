@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_contribute import FakeCoordinator, agent_for
+from release_kit import FakeCoordinator, agent_for
 
 import participant.agent
 from common.noise.planning import config_noise_warning

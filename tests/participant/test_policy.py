@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_contribute import FEATS, FakeCoordinator, agent_for
+from release_kit import FEATS, FakeCoordinator, agent_for
 
 from common.budget import PrivacyBudget
 from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config

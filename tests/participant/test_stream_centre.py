@@ -12,7 +12,7 @@ import json
 
 import httpx
 import numpy as np
-from test_stream_schedule import ONLINE, SLOTS, FakeCoordinator, Run, study
+from stream_kit import ONLINE, SLOTS, Exact, FakeCoordinator, Run, study
 
 from common.online import centre_from_release, to_ball
 from common.online.wire import CENTRE_FIXED, decode_vector, encode_vector
@@ -51,17 +51,6 @@ class CentreCoordinator(FakeCoordinator):
             response = httpx.Response(200, json={**response.json(),
                                                  "centre": encode_vector(centre)})
         return response
-
-
-class Exact:
-    """Stands in for the Gaussian: records each sum it is asked to release, adds nothing."""
-
-    def __init__(self) -> None:
-        self.calls: list[np.ndarray] = []
-
-    def release(self, total: np.ndarray) -> np.ndarray:
-        self.calls.append(np.array(total))
-        return np.array(total)
 
 
 def ball(start: int, n: int) -> np.ndarray:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_stream_centre import Exact
-from test_stream_schedule import ONLINE, SLOTS, Run
+from stream_kit import ONLINE, SLOTS, Exact, Run
 
 from common.errors import ConfigError
 from common.online import to_ball
