@@ -9,6 +9,8 @@ The simulation also plays the consortium's data-protection officer, with its too
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -80,10 +82,11 @@ def consortium_key(workdir: Path) -> str:
     return str(doc["public_key"])
 
 
-def upload_membership(api: httpx.Client, workdir: Path, state: list[list[str]]) -> None:
+def upload_membership(api: httpx.Client, workdir: Path, state: list[list[str]]) -> bool:
     """Each hospital prints its identity public key (``fedod-participant identity``, as it
     would send it to the DPO); the DPO signs the members (``fedod-consortium sign``) and the
-    admin uploads the certificate."""
+    admin uploads the certificate. True when the study's masking graph is sparse (about 33
+    hospitals or more): its rounds then wait for the consortium's beacon."""
     signed = SignedConfig.model_validate(api.get(f"/v1/studies/{STUDY}/config").json())
     params = StudyConfig.model_validate_json(signed.payload).aggregation
     assert params is not None
@@ -98,7 +101,20 @@ def upload_membership(api: httpx.Client, workdir: Path, state: list[list[str]]) 
     members.write_text(body.model_dump_json())
     [membership] = run_json([[*CONSORTIUM, "sign", "--key", str(workdir / "consortium.pem"),
                               str(members)]])
+    (workdir / "membership.json").write_text(json.dumps(membership))
     api.put(f"/v1/studies/{STUDY}/membership", json=membership).raise_for_status()
+    return params.needs_beacon
+
+
+def beacon(workdir: Path, url: str) -> subprocess.Popen[bytes]:
+    """The DPO's ``fedod-consortium beacon``, watching the study's rounds (stopped by the
+    caller once every hospital has released)."""
+    with (workdir / "beacon.log").open("ab") as log:
+        return subprocess.Popen(
+            [*CONSORTIUM, "beacon", "--key", str(workdir / "consortium.pem"), "--coordinator",
+             url, "--study", STUDY, "--membership", str(workdir / "membership.json"),
+             "--record", str(workdir / "beacon-record.jsonl"), "--poll", "0.2"],
+            stdout=log, stderr=subprocess.STDOUT)
 
 
 def simulate(
@@ -161,12 +177,19 @@ def simulate(
     )
     data_args = [[STUDY, str(workdir / h.name / "data.csv"), *cols] for h in hospitals]
     slot = ["--send-slot", str(SEND_SLOT)]
+    watcher = None
     if secure:
-        upload_membership(api, workdir, state)
+        if upload_membership(api, workdir, state):
+            watcher = beacon(workdir, url)
         api.post(f"/v1/studies/{STUDY}/rounds").raise_for_status()
         say("secure aggregation round: each hospital masks one noisy vector ...")
     release = ["round", *slot] if secure else ["contribute", *slot]
-    run_all([[*cli, *s, *release, *d] for s, d in zip(state, data_args, strict=True)], logs)
+    try:
+        run_all([[*cli, *s, *release, *d] for s, d in zip(state, data_args, strict=True)], logs)
+    finally:
+        if watcher is not None:
+            watcher.terminate()
+            watcher.wait()
     say("every hospital contributed; scoring locally with the global model ...")
     outs = [workdir / h.name / "scores.csv" for h in hospitals]
     run_all(

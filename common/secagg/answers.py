@@ -139,7 +139,8 @@ def answer_recover(
     for owner in sorted(missing):
         if owner not in inbox:
             raise RoundRefused(f"no share of {owner}'s seed was forwarded; cannot recover it")
-        key = share_key(secrets.round_key, roster.members[owner], mine, request.round_id)
+        key = share_key(secrets.round_key, roster.members[owner], mine, request.round_id,
+                        roster.digest)
         try:
             share = open_share(key, b64d(inbox[owner]),
                                share_aad(request.round_id, owner, me, roster.digest))

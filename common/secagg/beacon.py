@@ -1,11 +1,12 @@
 """The consortium key holder as a randomness beacon for sparse masking graphs (pure: no I/O).
 
 A sparse masking graph seeded from the coordinator-signed roster alone can be *ground*: the
-coordinator tries candidate rosters offline and keeps one whose graph exposes an honest member
-(docs/TRUST.md). In a study whose graph bound is not 0 (:attr:`AggregationParams.needs_beacon`)
-the graph is therefore seeded from the roster digest **and** the consortium key's Ed25519
-signature over it (RFC 8032 signatures are deterministic: one per message), which the
-coordinator cannot compute when it chooses the roster:
+coordinator tries candidate rosters offline and keeps one whose graph exposes an honest member,
+or shows members of one attempt different graphs (docs/TRUST.md). In every study with a sparse
+graph (:attr:`AggregationParams.needs_beacon`) the graph is therefore seeded from the roster
+digest **and** the consortium key's Ed25519 signature over it (RFC 8032 signatures are
+deterministic: one per message), which the coordinator cannot compute when it chooses the
+roster:
 
     message = "fedod-secagg/beacon/1" NUL study NUL round (8 bytes, big-endian)
               attempt (2 bytes, big-endian) roster digest (32 bytes)

@@ -54,12 +54,14 @@ class RoundSecrets:
         return cls(X25519PrivateKey.from_private_bytes(data[:32]), data[32:])
 
 
-def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str) -> bytes:
-    """AES-256-SIV key sealing seed shares between two members for this attempt."""
+def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str,
+              roster_digest: str) -> bytes:
+    """AES-256-SIV key sealing seed shares between two members for this attempt and roster."""
     return pair_seed(
         mine,
         X25519PublicKey.from_public_bytes(b64d(peer.round_key, size=32)),
         round_id=round_id,
+        roster_digest=roster_digest,
         purpose=b"share",
         my_identity=b64d(me.identity_key),
         peer_identity=b64d(peer.identity_key),

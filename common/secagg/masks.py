@@ -3,13 +3,15 @@
 Participant u sends ``y_u = x_u + PRG(b_u) + sum_{v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)``
 (mod ``2**k``, members ordered by name), Bonawitz et al., "Practical Secure Aggregation for
 Privacy-Preserving Machine Learning", CCS 2017. ``s_uv`` comes from X25519 and HKDF-SHA256 with
-salt = the round id and info binding both identity keys, so both ends derive the same seed and
-nobody else can. PRG = ChaCha20 keystream (``cryptography``) encrypting zeros, read as
-little-endian 64-bit unsigned words reduced mod ``2**k`` (``2**k`` divides ``2**64``, so every
-word is uniform). The self-mask seed b_u is 16 bytes (one Shamir chunk) and keys ChaCha20
-through HKDF. Masked words travel packed to exactly k bits each: they are uniform, so this is
-as small as they get. No numpy generator is involved: Flower's SecAgg+ seeds numpy's
+salt = the round id (study, round, attempt) and info binding both identity keys and the digest
+of the roster the member masks under, so both ends derive the same seed only when they hold the
+same roster, and nobody else can. PRG = ChaCha20 keystream (``cryptography``) encrypting zeros,
+read as little-endian 64-bit unsigned words reduced mod ``2**k`` (``2**k`` divides ``2**64``,
+so every word is uniform). The self-mask seed b_u is 16 bytes (one Shamir chunk) and keys
+ChaCha20 through HKDF. Masked words travel packed to exactly k bits each: they are uniform, so
+this is as small as they get. No numpy generator is involved: Flower's SecAgg+ seeds numpy's
 ``RandomState`` from 32 bits, which a brute force over 2**32 seeds undoes.
+
 """
 
 from __future__ import annotations
@@ -55,14 +57,18 @@ def pair_seed(
     peer: X25519PublicKey,
     *,
     round_id: str,
+    roster_digest: str,
     purpose: bytes,
     my_identity: bytes,
     peer_identity: bytes,
     length: int = 32,
 ) -> bytes:
-    """A key shared by two members for this round and ``purpose`` (same at both ends)."""
+    """A key shared by two members for ``purpose`` under one view: study, round and attempt
+    (``round_id``, the HKDF salt) and the roster both hold (``roster_digest``, in the info).
+    Two members shown different rosters derive unrelated keys, so their masks never cancel:
+    a split view yields noise, never a sum."""
     lo, hi = sorted([my_identity, peer_identity])
-    info = b"fedod-secagg/" + purpose + b"/1\x00" + lo + hi
+    info = b"fedod-secagg/" + purpose + b"/2\x00" + lo + hi + bytes.fromhex(roster_digest)
     return hkdf(mine.exchange(peer), salt=round_id.encode("utf-8"), info=info, length=length)
 
 

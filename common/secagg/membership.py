@@ -37,6 +37,7 @@ __all__ = [
     "SignedMembership",
     "sign_membership",
     "verify_membership",
+    "rotate_membership",
 ]
 
 CONTEXT = b"fedod-membership/1\x00"
@@ -130,3 +131,24 @@ def verify_membership(
     if len(set(keys)) != len(keys):
         raise RoundRefused("membership certificate lists one identity key twice")
     return body
+
+
+def rotate_membership(signed: SignedMembership, key: Ed25519PrivateKey, *, member: str,
+                      identity_key: str, expires_at: datetime) -> SignedMembership:
+    """The next version of ``signed`` (which ``key`` must have signed) with ``member``'s
+    identity key replaced by ``identity_key``: rotation, and revocation of a compromised key
+    (a member that verified the new version refuses every older one, so the old key stops
+    for it at once: ``participant.secagg.checks.certified_members``)."""
+    try:
+        key.public_key().verify(b64d(signed.signature), CONTEXT + signed.payload.encode())
+    except InvalidSignature as exc:
+        raise RoundRefused("the certificate to rotate is not signed by this consortium key"
+                           ) from exc
+    body = signed.body()
+    if member not in body.members:
+        raise RoundRefused(f"{member!r} is not a member of this certificate")
+    if identity_key in body.members.values():
+        raise RoundRefused("that identity key is already certified: give the member's new key")
+    return sign_membership(body.model_copy(update={
+        "version": body.version + 1, "expires_at": expires_at,
+        "members": {**body.members, member: identity_key}}), key)

@@ -10,15 +10,20 @@ are fixed when the study is created and signed, hence
   knows its own share, so ``colluders >= 1`` always (the viewer itself);
 - ``degree`` k: each member masks with, and shares its self-mask seed among, only its k
   neighbours in the round's masking graph (:mod:`common.secagg.graph`, SecAgg+), k the smallest
-  even degree whose honest-disconnection bound is at most ``2**-40`` (complete for small n);
-  where that bound is not 0 the graph is drawn from the consortium's beacon signature over the
-  roster (:mod:`common.secagg.beacon`), at most ``G = 8`` draws including a member between two
-  of its masked releases (:mod:`common.secagg.draws`), charged ``G`` times;
-- ``threshold`` t: Shamir threshold of a self-mask seed among the k neighbours,
+  even degree whose failure bound (honest members disconnected, or a seed within the
+  colluders' reach) is at most ``2**-40`` (complete for small n); every sparse graph is drawn
+  from the consortium's beacon signature over the roster (:mod:`common.secagg.beacon`), at
+  most ``G = 8`` draws including a member between two of its masked releases
+  (:mod:`common.secagg.draws`), its bound charged ``G`` times;
+- ``threshold`` t: Shamir threshold of a self-mask seed among the k neighbours, at least
   ``min(T + D, floor(k (T + D) / (n - 2D - T))) + 1``. Two attempts of one round are never
   both revealed: the earlier one needs, for each of the at least ``n - 2D - T`` honest members
   in both rosters (who help only the last attempt they masked), t shares held by colluders or
   by the at most D honest members in its roster only, who hold ``k (T + D)`` shares in all.
+  In a sparse graph t is also large enough that the colluding neighbours of no member hold t
+  shares of its seed except with a probability charged as delta (SecAgg+, Bell et al. 2020;
+  :func:`common.secagg.graph.share_threshold`): a member's seed is never known to the
+  coordinator without its own answer or that of honest neighbours.
   Validated as before: ``floor((n + T) / 2) + 1 + D <= n`` (so ``n - 2D - T >= 1``).
 - ``max_records``: a *public* bound per cell. Each count is clipped to ``[0, max_records]``
   (clipping is 1-Lipschitz per cell, so the L1 sensitivity stays ``n_tables``); it and the
@@ -154,11 +159,13 @@ class AggregationParams(BaseModel):
 
     @property
     def needs_beacon(self) -> bool:
-        """True when the masking graph's bound is not 0 (sparse, ``T >= k``): the graph is then
-        seeded from the consortium's beacon signature over each roster
-        (:mod:`common.secagg.beacon`) and a round waits for it in phase ``beacon``."""
-        return self.mode == "secure" and self.cohort_size is not None and graph_delta(
-            self.cohort_size, self.max_dropouts, self.max_colluders) > 0
+        """True for every sparse masking graph: its graph is then seeded from the
+        consortium's beacon signature over each roster (:mod:`common.secagg.beacon`) and a
+        round waits for it in phase ``beacon``. Nobody can grind a sparse graph, whatever its
+        bound (a coordinator that could draw graphs at will could place a victim among
+        colluders, or give members of one attempt different graphs)."""
+        return (self.mode == "secure" and self.cohort_size is not None
+                and self.degree < self.cohort_size - 1)
 
     @property
     def graph_delta(self) -> Decimal:

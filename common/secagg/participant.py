@@ -27,7 +27,13 @@ from common.secagg.messages import (
     open_message,
 )
 from common.secagg.params import AggregationParams
-from common.secagg.roster import VerifiedRoster, from_bitmap, read_adverts, unpack_for
+from common.secagg.roster import (
+    VerifiedRoster,
+    adverts_digest,
+    from_bitmap,
+    read_adverts,
+    unpack_for,
+)
 from common.secagg.shares import seal_share, split_seed
 from common.secagg.wire import frame_header, make_advert_frame, sign_ack, sign_frame
 
@@ -108,7 +114,10 @@ def check_roster(
     """:func:`verify_roster` (members named by a bitmap over the certificate, so every one is
     certified), plus: I am in it, and each of my graph neighbours' advert frames (``adverts``,
     packed in neighbour order, served beside the roster) verifies under the identity key the
-    consortium certified for it. An honest member signs one advert per attempt, so the keys I
+    consortium certified for it; in the complete graph (a member holds every advert) the
+    roster's advert digest must be theirs (in a sparse graph the beacon, which signs one
+    roster per attempt, fixes the digest and with it the graph). An honest member signs one
+    advert per attempt, so the keys I
     mask with are my neighbours' own whatever the coordinator does. ``beacon``: the verified
     consortium signature seeding a beacon study's graph (common.secagg.beacon)."""
     roster = verify_roster(
@@ -128,6 +137,10 @@ def check_roster(
         raise RoundRefused(f"the coordinator did not serve the adverts of {me}'s "
                            f"{roster.graph.degree} graph neighbours")
     members = read_adverts(roster.body, {**frames, me: my_advert}, identities)
+    if roster.graph.complete and adverts_digest({**frames, me: my_advert}) != (
+            roster.body.adverts_digest):
+        raise RoundRefused("the roster's advert digest is not the digest of the adverts it "
+                           "names: a forged or ground roster; nothing was read")
     return VerifiedRoster(roster.body, roster.digest, roster.names, members, beacon)
 
 
@@ -158,6 +171,7 @@ def mask_upload(
             secrets.round_key,
             X25519PublicKey.from_public_bytes(b64d(peer.round_key, size=32)),
             round_id=body.round_id,
+            roster_digest=roster.digest,
             purpose=b"mask",
             my_identity=b64d(mine.identity_key),
             peer_identity=b64d(peer.identity_key),
@@ -170,7 +184,8 @@ def mask_upload(
     shares = split_seed(secrets.self_seed, body.threshold, max(len(holders), body.threshold))
     sealed = b"".join(
         seal_share(
-            share_key(secrets.round_key, roster.members[name], mine, body.round_id),
+            share_key(secrets.round_key, roster.members[name], mine, body.round_id,
+                      roster.digest),
             share,  # its index is the holder's place in ``holders`` + 1: not sent
             share_aad(body.round_id, me, name, roster.digest),
         )

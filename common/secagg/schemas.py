@@ -133,6 +133,10 @@ class RoundState(RoundPublic):
         default="", description="The caller's graph neighbours' signed roster "
         "acknowledgements (64 bytes each), in neighbour order, base85.")
     inbox: dict[str, str] = Field(default_factory=dict)
+    wire: int = Field(
+        default=2, description="The secure-aggregation wire version the coordinator speaks "
+        "(common.secagg.wire.WIRE); absent: 2. A member refuses a coordinator of another "
+        "version before it sends anything.")
     done: list[Literal["advert", "masked", "unmask", "shares"]] = Field(default_factory=list)
 
 

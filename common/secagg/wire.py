@@ -5,7 +5,7 @@
     frame = kind (1 byte) | round (8, little-endian) | attempt (2, LE) | body | signature (64)
 
 The Ed25519 signature (the member's long-term identity key) covers
-``b"fedod-secagg/<kind>/2\\x00" + study + b"\\x00" + sender + b"\\x00" + roster digest + frame
+``b"fedod-secagg/<kind>/3\\x00" + study + b"\\x00" + sender + b"\\x00" + roster digest + frame
 without its signature``. Study, sender and roster digest (32 raw bytes; none in an advert) are
 bound by the signature but not sent: the URL names the study, the credential the sender, and
 the coordinator holds the roster. A frame replayed into another study, round, attempt or
@@ -18,7 +18,7 @@ a truncated, padded or oversized frame is refused before its signature is checke
             each other member (32: AES-SIV tag + 16 bytes; roster order; the share's index is
             the holder's roster position + 1, so it is not sent)
             | the member's acknowledgement of the roster (64): an Ed25519 signature of its
-            identity key over ``b"fedod-secagg/ack/1\x00" + study + b"\x00" + sender +
+            identity key over ``b"fedod-secagg/ack/2\x00" + study + b"\x00" + sender +
             b"\x00" + round (8, LE) + attempt (2, LE) + roster digest (32)``. The coordinator
             copies every member's acknowledgement into the unmask request; a member answers
             only if each verifies under that member's certified identity key over the roster
@@ -61,7 +61,13 @@ __all__ = [
     "ACK_BYTES",
     "sign_ack",
     "verify_ack",
+    "WIRE",
 ]
+
+WIRE = 3
+"""The secure-aggregation wire version: in every frame's signature context, in each round
+state (``RoundState.wire``), checked by both sides. 3: pairwise masks and share keys bound to
+the roster digest, acknowledgements ``ack/2``. A frame of version 2 is refused by name."""
 
 FrameKind = Literal["advert", "masked", "unmask", "shares"]
 _CODES: dict[str, int] = {"advert": 1, "masked": 2, "unmask": 3, "shares": 4}
@@ -82,11 +88,25 @@ def frame_digest(frame: bytes) -> str:
 
 
 def _signed(
-    kind: str, study: str, sender: str, roster_digest: str | None, unsigned: bytes
+    kind: str, study: str, sender: str, roster_digest: str | None, unsigned: bytes,
+    version: int = WIRE,
 ) -> bytes:
     digest = bytes.fromhex(roster_digest) if roster_digest else b""
-    head = b"fedod-secagg/" + kind.encode("ascii") + b"/2\x00"
+    head = b"fedod-secagg/" + kind.encode("ascii") + f"/{version}\x00".encode()
     return head + study.encode() + b"\x00" + sender.encode() + b"\x00" + digest + unsigned
+
+
+def _outdated(kind: str, sender: str, signature: bytes, key: Ed25519PublicKey,
+              old: bytes) -> RoundRefused | None:
+    """A clear refusal when a frame verifies under the previous wire version's context."""
+    try:
+        key.verify(signature, old)
+    except InvalidSignature:
+        return None
+    return RoundRefused(
+        f"{kind} frame of {sender} speaks secure-aggregation wire version {WIRE - 1}; this "
+        f"coordinator speaks version {WIRE} (masks bound to the roster): upgrade "
+        "fedod-participant on that member; nothing of it was stored")
 
 
 def frame_header(kind: FrameKind, ref: RoundRef) -> bytes:
@@ -143,6 +163,9 @@ def open_frame(
     try:
         key.verify(signature, _signed(kind, ref.study_id, sender, roster_digest, unsigned))
     except InvalidSignature as exc:
+        old = _signed(kind, ref.study_id, sender, roster_digest, unsigned, WIRE - 1)
+        if (outdated := _outdated(kind, sender, signature, key, old)) is not None:
+            raise outdated from exc
         raise SignatureInvalid(
             f"{kind} frame of {sender}: signature does not verify (altered bytes, another "
             "sender, study or roster)"
@@ -151,7 +174,7 @@ def open_frame(
 
 
 def _ack_message(ref: RoundRef, sender: str, roster_digest: str) -> bytes:
-    return (b"fedod-secagg/ack/1\x00" + ref.study_id.encode() + b"\x00" + sender.encode()
+    return (b"fedod-secagg/ack/2\x00" + ref.study_id.encode() + b"\x00" + sender.encode()
             + b"\x00" + struct.pack("<QH", ref.round, ref.attempt)
             + bytes.fromhex(roster_digest))
 

@@ -104,25 +104,22 @@ def _draws(rnd: Round, roster: SignedMessage, membership: SignedMembership,
 
 def accept_beacon(session: Session, study_id: str, number: int, body: BeaconCreate) -> Round:
     """Store the beacon signature of the waiting attempt and open masking; the same signature
-    again is a no-op (a retry). 404 no beacon study, 409 out of phase or another roster, 422 a
-    key or signature that does not verify."""
+    again is a no-op (a retry). 404, one answer, for everything an anonymous caller may not
+    know (no such study, no beacon study, another round or attempt, out of phase, another
+    roster); 422 a key or signature that does not verify for the waiting attempt."""
     study = _beacon_study(session, study_id)
     try:
         rnd = current(session, study.id, lock=True)
     except NotFound:
         raise _waiting(study_id) from None
-    if (rnd.number, rnd.attempt) != (number, body.attempt):
-        raise RoundRefused(f"round {number} attempt {body.attempt} is not the current attempt "
-                           f"(round {rnd.number} attempt {rnd.attempt})")
-    if rnd.beacon is not None and rnd.beacon == body.signature:
+    same = (rnd.number, rnd.attempt) == (number, body.attempt)
+    if same and rnd.beacon is not None and rnd.beacon == body.signature:
         return rnd
-    if rnd.status != "beacon" or rnd.roster is None:
-        raise RoundRefused(f"round {number} attempt {rnd.attempt} is in phase {rnd.status!r}, "
-                           "not 'beacon': beacon refused")
-    roster = SignedMessage.model_validate_json(rnd.roster)
+    roster = SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None
+    if (not same or rnd.status != "beacon" or roster is None
+            or body.roster_digest != roster.digest()):
+        raise _waiting(study_id)  # no round counter, phase or roster for an anonymous caller
     digest = roster.digest()
-    if body.roster_digest != digest:
-        raise RoundRefused("the beacon names another roster than this attempt's")
     membership = _consortium_key(session, study.id, body.consortium_key)
     try:
         verify_beacon(body.signature, ref(rnd), digest, raw_ed25519(body.consortium_key))

@@ -8,6 +8,7 @@ from common.secagg import server, view
 from common.secagg.messages import RosterBody, SignedMessage, b64d, b64e
 from common.secagg.roster import VerifiedRoster
 from common.secagg.schemas import RoundPublic, RoundState
+from common.secagg.wire import WIRE
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Participant, Study
 from coordinator.keys import KeyStore
@@ -122,4 +123,5 @@ def round_state(
         acks=acks,
         inbox=inbox,
         done=mine,
+        wire=WIRE,
     )

@@ -44,6 +44,7 @@ from common.errors import FedodError
 from common.secagg.membership import (
     MembershipBody,
     SignedMembership,
+    rotate_membership,
     sign_membership,
     verify_membership,
 )
@@ -160,6 +161,18 @@ def _certify(args: argparse.Namespace) -> dict[str, object]:
     return doc
 
 
+def _rotate(args: argparse.Namespace) -> dict[str, object]:
+    [(member, identity)] = _identities([args.identity], 0.0).items()
+    current = SignedMembership.model_validate_json(Path(args.membership).read_text())
+    signed = rotate_membership(current, load_private_key(args.key), member=member,
+                               identity_key=identity,
+                               expires_at=datetime.now(UTC) + timedelta(days=args.valid_days))
+    doc = signed.model_dump()
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
+    return doc
+
+
 def _sign(args: argparse.Namespace) -> dict[str, object]:
     body = MembershipBody.model_validate_json(Path(args.members).read_text())
     signed = sign_membership(body, load_private_key(args.key))
@@ -210,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", type=int, default=1, help="certificate version (1)")
     p.add_argument("--out", metavar="FILE", help="also write the certificate to FILE")
     p.set_defaults(run=_certify)
+    p = sub.add_parser("rotate", help="rotate (or revoke) one member's identity key: the "
+                       "certificate's next version with the member's new key from its "
+                       "identity file; upload it, and every member that verifies it refuses "
+                       "the older versions (and so the old key) from then on")
+    p.add_argument("--key", required=True, metavar="FILE", help="consortium private key PEM")
+    p.add_argument("--membership", required=True, metavar="FILE",
+                   help="the current certificate (signed by this key)")
+    p.add_argument("--identity", required=True, metavar="FILE",
+                   help="the member's identity file with its NEW identity key")
+    p.add_argument("--valid-days", type=int, default=30, metavar="N",
+                   help="days until the new certificate expires (30)")
+    p.add_argument("--out", metavar="FILE", help="also write the certificate to FILE")
+    p.set_defaults(run=_rotate)
     p = sub.add_parser("sign", help="sign a members file (study_id, version, expires_at, "
                        "cohort_size, max_dropouts, max_colluders, members: name -> identity "
                        "key) into a membership certificate (JSON on stdout)")

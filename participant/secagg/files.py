@@ -94,6 +94,11 @@ DRAW = "beacon-draw"
 masked under (common.secagg.draws; 0 before its first)."""
 
 
+CERTIFICATE = "membership-version"
+"""In the study's state directory: the highest membership-certificate version this member
+verified, and that certificate's digest (``VERSION DIGEST``)."""
+
+
 def last_draw(study_dir: Path) -> int:
     """``c_last``: the draw count this member last masked under in the study (0 at first)."""
     path = study_dir / DRAW
@@ -103,6 +108,23 @@ def last_draw(study_dir: Path) -> int:
 def record_draw(study_dir: Path, count: int) -> None:
     """Store (fsync) ``count`` as ``c_last`` before the masked frame is made; never lowered."""
     write_private(study_dir / DRAW, str(max(count, last_draw(study_dir))).encode())
+
+
+def certificate_floor(study_dir: Path) -> tuple[int, str]:
+    """The highest certificate version this member verified in the study and its digest
+    ((0, "") before the first): a lower version, or another certificate of that version, is
+    refused (a replayed certificate would bring back a rotated-out key)."""
+    path = study_dir / CERTIFICATE
+    if not path.exists():
+        return 0, ""
+    version, digest = path.read_text().split()
+    return int(version), digest
+
+
+def record_certificate(study_dir: Path, version: int, digest: str) -> None:
+    """Store (fsync) a verified certificate's version and digest; never lowered."""
+    if version > certificate_floor(study_dir)[0]:
+        write_private(study_dir / CERTIFICATE, f"{version} {digest}".encode())
 
 
 def identity_key(agent: Agent) -> Ed25519PrivateKey:

@@ -44,13 +44,19 @@ from common.secagg.pacing import Pacing
 from common.secagg.schemas import RoundState
 from common.secagg.vector import NoiseShare
 from common.secagg.view import complete_state
-from common.secagg.wire import OCTET_STREAM
+from common.secagg.wire import OCTET_STREAM, WIRE
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.options import DataOptions
 from participant.release import policy
 from participant.secagg.checks import certified_members, check_certified_roster
-from participant.secagg.files import RoundFiles, last_draw, register_identity
+from participant.secagg.files import (
+    RoundFiles,
+    certificate_floor,
+    last_draw,
+    record_certificate,
+    register_identity,
+)
 from participant.secagg.vector import default_noise_share, noisy_vector, raise_if_substituted
 from participant.state import write_private
 
@@ -115,6 +121,11 @@ def _state(client: CoordinatorClient, study: str, held: Held | None = None,
     st = RoundState.model_validate_json(text)
     if held is None:  # a status read: nothing is verified
         return st.model_copy(update={"study_id": study})
+    if st.wire != WIRE:
+        raise ConfigError(
+            f"the coordinator speaks secure-aggregation wire version {st.wire}, this "
+            f"participant version {WIRE} (masks bound to the roster): upgrade the coordinator "
+            "or use a participant of its version; nothing was sent or charged")
     st = complete_state(st, study=study, known_roster=known, **config)
     if st.membership is not None:
         write_private(held.path, st.membership.model_dump_json().encode())
@@ -191,12 +202,20 @@ def run_secure_round(
         identity = register_identity(agent, client)
         coordinator = agent.public_key()
         k = config.secure_modulus_bits()
-        check = functools.partial(
-            check_certified_roster, me=name, coordinator_key=coordinator, params=params,
-            config_digest=signed.digest(), modulus_bits=k, consortium_key=me.consortium_key,
-            config=config,
-        )
-        rounds_dir = agent.state.study_dir(study) / "rounds"
+        study_dir = agent.state.study_dir(study)
+
+        def check(st: RoundState, advert: bytes, ref: RoundRef,
+                  **draw: int) -> proto.VerifiedRoster:
+            """The roster certified, then the certificate's version kept (never lowered)."""
+            roster = check_certified_roster(
+                st, advert, ref, me=name, coordinator_key=coordinator, params=params,
+                config_digest=signed.digest(), modulus_bits=k, consortium_key=me.consortium_key,
+                config=config, certificate_floor=certificate_floor(study_dir), **draw)
+            assert st.membership is not None
+            record_certificate(study_dir, st.membership.body().version, st.membership.digest())
+            return roster
+
+        rounds_dir = study_dir / "rounds"
         give_up = agent.clock() + wait
         number: int | None = None
         held = Held(agent.state.study_dir(study) / "membership.json")

@@ -29,15 +29,23 @@ from participant.secagg.checks import check_certified_roster
 
 REF = RoundRef(study_id="s1", round=3, attempt=2)
 KEY = Ed25519PrivateKey.generate()
-N, D, T = 60, 1, 24  # the smallest cohort with D >= 1 whose sparse graph can be bad
+N, D, T = 100, 5, 5  # the benchmark's smallest cohort: sparse (k = 8), so it needs the beacon
 
 
-def test_the_smallest_beacon_cohort_needs_it_and_small_test_cohorts_do_not():
+def test_every_sparse_graph_needs_the_beacon_and_small_test_cohorts_do_not():
     needs = AggregationParams(mode="secure", cohort_size=N, max_dropouts=D, max_colluders=T)
-    assert needs.needs_beacon and needs.degree == 24 < N - D - 1
-    for n, d, t in [(4, 1, 1), (20, 2, 2), (50, 2, 2), (100, 5, 5), (59, 1, 23)]:
+    assert needs.needs_beacon and needs.degree == 8 < N - D - 1
+    for n, d, t in [(4, 1, 1), (20, 2, 2), (50, 5, 5), (59, 1, 23), (60, 1, 24)]:
         assert not AggregationParams(mode="secure", cohort_size=n, max_dropouts=d,
                                      max_colluders=t).needs_beacon
+    for n in range(3, 130, 7):
+        for d, t in [(0, 1), (n // 20, max(1, n // 20)), (n // 10, max(1, n // 5))]:
+            try:
+                params = AggregationParams(mode="secure", cohort_size=n, max_dropouts=d,
+                                           max_colluders=t)
+            except ValueError:
+                continue  # (n, D, T) not allowed
+            assert params.needs_beacon == (params.degree < n - 1), (n, d, t)
 
 
 @pytest.mark.parametrize("other", [
@@ -141,7 +149,7 @@ def test_a_member_masks_with_the_neighbours_the_beacon_draws(beacon_study):
     assert checked.beacon == b64d(signature)
     plain = MaskingGraph(checked.names, roster.digest(), checked.body.degree)
     assert checked.holders("h00") == MaskingGraph(
-        checked.names, roster.digest(), 24, b64d(signature)).neighbours("h00")
+        checked.names, roster.digest(), checked.body.degree, b64d(signature)).neighbours("h00")
     assert checked.holders("h00") != plain.neighbours("h00")
 
 

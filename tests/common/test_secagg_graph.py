@@ -20,10 +20,14 @@ from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.draws import BEACON_DRAWS as G
 from common.secagg.graph import (
     GRAPH_FAILURE,
+    SPARSE_FACTOR,
     MaskingGraph,
     disconnect_bound,
     graph_degree,
+    graph_delta,
+    graph_failure,
     share_threshold,
+    threshold_failure,
 )
 from common.secagg.messages import RoundRefused
 from common.secagg.roster import from_bitmap
@@ -112,23 +116,60 @@ def test_the_degree_meets_the_bound_and_the_threshold_rules(n, d, t):
     k = graph_degree(n, d, t)
     th = share_threshold(n, d, t, k)
     if k == n - 1:
-        assert th == t + d + 1
+        assert th == min(t + d + 1, k) and th > t  # every colluder is a neighbour
         return
-    assert k % 2 == 0 and k < n - d - 1
-    assert all(G * disconnect_bound(r, t, k) <= GRAPH_FAILURE for r in range(n - d, n + 1))
-    assert k == 2 or any(G * disconnect_bound(r, t, k - 2) > GRAPH_FAILURE
-                         for r in range(n - d, n + 1)) or 4 * share_threshold(
-        n, d, t, k - 2) > 3 * (k - 2)
+    assert k % 2 == 0 and SPARSE_FACTOR * k <= n - d - 1
+    assert all(G * graph_failure(r, t, k, th) <= GRAPH_FAILURE for r in range(n - d, n + 1))
+    base = min(t + d, k * (t + d) // (n - 2 * d - t)) + 1
+    assert th == base or not all(G * graph_failure(r, t, k, th - 1) <= GRAPH_FAILURE
+                                 for r in range(n - d, n + 1))  # the smallest that qualifies
+    smaller = k - 2
+    assert smaller < 2 or 4 * share_threshold(n, d, t, smaller) > 3 * smaller or any(
+        G * graph_failure(r, t, smaller, share_threshold(n, d, t, smaller)) > GRAPH_FAILURE
+        for r in range(n - d, n + 1))
     # two attempts: colluders and the <= D members of one roster only hold k (T + D) shares,
     # fewer than t for each of the n - 2D - T honest members in both rosters
     assert th * (n - 2 * d - t) > k * (t + d) or th > t + d
     assert 4 * th <= 3 * k
 
 
+@pytest.mark.parametrize("roster,colluders,degree", [(100, 5, 8), (95, 5, 8), (1000, 50, 20),
+                                                      (950, 50, 20), (60, 20, 10)])
+def test_the_threshold_bound_is_r_times_the_hypergeometric_tail(roster, colluders, degree):
+    """Colluders among one member's k neighbours drawn from the R - 1 others: hypergeometric
+    (scipy's, as an independent reference); the bound is R times its tail at t."""
+    from scipy.stats import hypergeom
+
+    for t in range(1, degree + 1):
+        tail = hypergeom(roster - 1, colluders, degree).sf(t - 1)
+        got = float(threshold_failure(roster, colluders, degree, t))
+        assert got == pytest.approx(min(1.0, roster * tail), rel=1e-9, abs=1e-300)
+    assert threshold_failure(roster, colluders, degree, colluders + 1) == 0
+
+
+def test_the_colluders_never_reach_the_threshold_in_drawn_graphs():
+    """n = 100, D = T = 5: k = 8 and t = 6 > T, so in no drawn graph do the colluding
+    neighbours of a member hold t shares of its seed; with the old t = 1 almost every graph
+    put a member's seed within the colluders' reach."""
+    assert (graph_degree(100, 5, 5), share_threshold(100, 5, 5, 8)) == (8, 6)
+    rng = random.Random(3)
+    names = NAMES[:100]
+    reached_old = 0
+    for i in range(200):
+        bad = set(rng.sample(names, 5))
+        graph = MaskingGraph(names, _digest(f"t{i}"), 8)
+        most = max(len(bad & set(graph.neighbours(m))) for m in names if m not in bad)
+        assert most < 6
+        reached_old += most >= 1
+    assert reached_old > 150
+
+
 def test_the_defaults_of_a_thousand_members_are_sparse():
-    """n = 1000 with 5 % dropouts and 5 % colluders: 14 neighbours instead of 999."""
-    assert graph_degree(1000, 50, 50) == 14
-    assert G * disconnect_bound(950, 50, 14) <= Fraction(1, 2**40)
+    """n = 1000 with 5 % dropouts and 5 % colluders: 20 neighbours instead of 999, and a
+    threshold of 15 that 50 colluders reach for some member with probability below 2^-40."""
+    assert graph_degree(1000, 50, 50) == 20 and share_threshold(1000, 50, 50, 20) == 15
+    assert G * graph_failure(950, 50, 20, 15) <= Fraction(1, 2**40)
+    assert G * graph_failure(950, 50, 20, 14) > Fraction(1, 2**40)
 
 
 def test_shamir_in_gf_2_128_takes_indices_past_255():
@@ -179,7 +220,7 @@ def test_the_graph_failure_probability_is_charged_as_delta():
     from common.secagg.params import AggregationParams
 
     feats = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(3)]
-    for (n, d, t), delta in [((1000, 50, 50), "6.66371E-13"), ((100, 5, 5), "0"),
+    for (n, d, t), delta in [((1000, 50, 50), "7.10574E-13"), ((100, 5, 5), "0"),
                              ((20, 2, 2), "0")]:
         params = AggregationParams(mode="secure", cohort_size=n, max_dropouts=d,
                                    max_colluders=t)
@@ -187,9 +228,10 @@ def test_the_graph_failure_probability_is_charged_as_delta():
                                   n_tables=5, aggregation=params)
         cost = config.release_cost()
         assert cost.delta == params.graph_delta == Decimal(delta)
-        assert params.needs_beacon == (delta != "0")
-        bound = BEACON_DRAWS * disconnect_bound(n - d, t, params.degree)
+        bound = BEACON_DRAWS * graph_delta(n, d, t)
         assert Decimal(float(bound)) <= cost.delta < Decimal(float(bound)) + Decimal("1e-18")
+    assert AggregationParams(mode="secure", cohort_size=100, max_dropouts=5,
+                             max_colluders=5).needs_beacon  # sparse: a beacon, even at 0
 
 
 def test_a_roster_without_the_neighbours_adverts_is_refused():

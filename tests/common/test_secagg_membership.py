@@ -167,3 +167,49 @@ def test_an_unmask_request_without_acknowledgements_is_refused():
     request = s.build_request(cohort.server_roster(), 3, cohort.coordinator)
     with pytest.raises(RoundRefused, match="did not acknowledge"):
         cohort.answer("h00", request, acks="")
+
+
+def _config(cohort: Cohort):
+    from common.config import FeatureSpec, PrivacyParams, new_study_config
+
+    return new_study_config("s1", [FeatureSpec(name="x", lo=0.0, hi=1.0)], n_tables=2,
+                            privacy=PrivacyParams(epsilon_lsh="1"), aggregation=cohort.params)
+
+
+def test_a_member_refuses_a_certificate_older_than_one_it_verified():
+    """A key rotated out in v2 stays out: the member that verified v2 refuses a replayed v1
+    (still signed and unexpired) and another certificate numbered v2."""
+    from common.secagg.membership import rotate_membership
+    from participant.secagg.checks import certified_members
+
+    cohort = Cohort.make(4)
+    key = b64e(p.raw_public(CONSORTIUM))
+    v1 = certify(cohort, expires_at=datetime.now(UTC) + timedelta(days=3))
+    new_key = b64e(p.raw_public(Ed25519PrivateKey.generate()))
+    v2 = rotate_membership(v1, CONSORTIUM, member="h01", identity_key=new_key,
+                           expires_at=datetime.now(UTC) + timedelta(days=3))
+    assert (v2.body().version, v2.body().members["h01"]) == (2, new_key)
+    now, config = datetime.now(UTC), _config(cohort)
+    floor = (2, v2.digest())
+    assert certified_members(v2, key, "s1", config, now, floor).members["h01"] == new_key
+    for replayed in (v1, certify(cohort, version=2, expires_at=now + timedelta(days=3))):
+        with pytest.raises(RoundRefused, match="could bring back a revoked key"):
+            certified_members(replayed, key, "s1", config, now, floor)
+    assert certified_members(v1, key, "s1", config, now).version == 1  # no floor yet
+
+
+def test_rotation_needs_the_signing_key_a_member_and_a_new_key():
+    from common.secagg.membership import rotate_membership
+
+    cohort = Cohort.make(4)
+    v1 = certify(cohort)
+    later = NOW + timedelta(days=60)
+    with pytest.raises(RoundRefused, match="not signed by this consortium key"):
+        rotate_membership(v1, Ed25519PrivateKey.generate(), member="h01",
+                          identity_key=b64e(bytes(32)), expires_at=later)
+    with pytest.raises(RoundRefused, match="not a member"):
+        rotate_membership(v1, CONSORTIUM, member="zz", identity_key=b64e(bytes(32)),
+                          expires_at=later)
+    with pytest.raises(RoundRefused, match="already certified"):
+        rotate_membership(v1, CONSORTIUM, member="h01",
+                          identity_key=v1.body().members["h02"], expires_at=later)

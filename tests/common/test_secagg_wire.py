@@ -98,3 +98,37 @@ def test_the_coordinator_refuses_a_signed_frame_with_bad_padding_or_a_wrong_seed
     cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ("h00", "h01", "h02")}, 3)
     assert len(cohort.answer("h00", cohort.request(["h00", "h01", "h02"]))) == 11 + 16 + 64
     assert len(m.advert) == 11 + 64 + 64
+
+
+def test_a_frame_of_the_previous_wire_version_is_refused_by_name():
+    """A member that was not upgraded signs with the version-2 context: the coordinator says
+    so (409) instead of a bare signature error, and stores nothing; a member refuses a round
+    state of a coordinator that speaks another version before it sends anything."""
+    from common.secagg import wire
+
+    assert wire.WIRE == 3
+    unsigned = FRAME[:-64]
+    old = unsigned + KEY.sign(wire._signed("masked", "s1", "h00", DIGEST, unsigned, 2))
+    with pytest.raises(RoundRefused, match="speaks secure-aggregation wire version 2"):
+        _open(old)
+    forged = unsigned + Ed25519PrivateKey.generate().sign(
+        wire._signed("masked", "s1", "h00", DIGEST, unsigned, 2))
+    with pytest.raises(SignatureInvalid):  # not an old member: a bad signature
+        _open(forged)
+
+
+def test_a_member_refuses_a_coordinator_of_another_wire_version():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from common.errors import ConfigError
+    from common.secagg.schemas import RoundState
+    from participant.secagg.round import Held, _state
+
+    old = RoundState(round=1, attempt=1, status="keys").model_dump_json(exclude_defaults=True)
+    client = SimpleNamespace(get_round=lambda *a: old)
+    held = Held(path=Path("/nonexistent/membership.json"))
+    with pytest.raises(ConfigError, match="speaks secure-aggregation wire version 2"):
+        _state(client, "s1", held, config_digest=DIGEST, modulus_bits=20, degree=3,
+               threshold=2)
+    assert RoundState.model_validate_json(old).wire == 2  # absent: the version before

@@ -166,7 +166,8 @@ def post_beacon(number: int, study_id: str, body: BeaconCreate, session: Session
                 ) -> RoundPublic:
     """The consortium key's beacon signature over the waiting attempt's roster (no
     credential: it must verify under the key that signed the study's membership certificate;
-    422 otherwise). The attempt moves on to masking."""
+    422 otherwise; 404, one answer, unless that attempt of that round waits for this roster's
+    beacon). The attempt moves on to masking."""
     rnd = secagg_beacon.accept_beacon(session, study_id, number, body)
     return secagg_views.round_public(session, rnd)
 
