@@ -1,7 +1,8 @@
 """Trust assumption and privacy accounting of a secure-aggregation study.
 
-README.md ("Distributed noise, trust assumption and table choice") and docs/TRUST.md tell
-the same for a reader outside the code.
+docs/SECURE_AGGREGATION.md ("Distributed noise, trust assumption and table choice") and
+docs/TRUST.md tell the same for a reader outside the code; every loss figure in docs/TRUST.md
+comes from :func:`loss_with_honest_shares` (checked by tests/common/test_trust_figures.py).
 
 Threat model
 ------------
@@ -27,9 +28,9 @@ with independent noise, and its ledger is charged ``epsilon`` per release
 (:func:`charged_epsilon`). Not protected: more than ``t`` colluders, or a coordinator that
 deviates from the protocol beyond what the participants verify (signed roster of the signed
 cohort size). With fewer than ``h_min`` honest shares the noise is ``NB(k/h_min)`` differences
-and the guarantee degrades sharply (m = 100, epsilon = 0.1, h_min = 10: 5 honest shares
-give a pure-DP bound of about 25 per release, 1 share about 220; computed numerically from the
-exact pmf ratios); that case is outside the stated assumption and is not charged.
+and the guarantee degrades sharply (:func:`loss_with_honest_shares`; m = 100, epsilon = 0.1,
+h_min = 10: 5 honest shares give a pure-DP loss of 25.2 per release, 1 share 220.1); that case
+is outside the stated assumption and is not charged.
 
 Independent mode (one or two participants, contributions at any time): every participant
 adds a full discrete Laplace (``h_min = 1``); nothing is assumed about other participants.
@@ -37,7 +38,11 @@ adds a full discrete Laplace (``h_min = 1``); nothing is assumed about other par
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
+
+import numpy as np
+from scipy.special import gammaln
 
 
 def _count(name: str, value: int, low: int) -> int:
@@ -76,3 +81,54 @@ def charged_epsilon(epsilon: Decimal | int | str) -> Decimal:
     if not eps.is_finite() or eps <= 0:
         raise ValueError(f"epsilon must be positive, got {epsilon}")
     return eps
+
+
+def _share_sum_log_pmf(shares: int, h_min: int, alpha: float) -> np.ndarray:
+    """log P(Z = z) for z = 0, 1, ..., where Z is the sum of ``shares`` noise shares, each
+    ``NB(1/h_min, alpha) - NB(1/h_min, alpha)``: ``Z = X - Y``, X and Y iid
+    ``NB(shares / h_min, alpha)`` (``P(j) = Gamma(j + r) / (Gamma(r) j!) (1 - alpha)^r
+    alpha^j``), for z up to :data:`_REACH`, the sums truncated where the tail is below
+    ``e**-80`` of the mode."""
+    r = shares / h_min
+    top = int(math.ceil((80 + 10 * abs(math.log(r))) / -math.log(alpha))) + 50
+    j = np.arange(top, dtype=np.float64)
+    log_p = gammaln(j + r) - gammaln(r) - gammaln(j + 1) + r * math.log1p(-alpha) \
+        + j * math.log(alpha)
+    out = np.empty(_REACH + 1)
+    for z in range(_REACH + 1):  # P(Z = z) = sum_j P(j + z) P(j), in log space
+        terms = log_p[z:] + log_p[: top - z]
+        peak = terms.max()
+        out[z] = peak + math.log(np.exp(terms - peak).sum())
+    return out
+
+
+_REACH = 64
+"""Offsets z at which the pmf ratio is computed: it is largest at z = 0 and falls towards
+``1 / alpha`` (checked by the tests); the loss takes the maximum over these."""
+
+
+def loss_with_honest_shares(epsilon: Decimal | float | str, sensitivity: int, h_min: int,
+                            shares: int) -> float:
+    """The exact pure-DP privacy loss of one secure release whose sum an observer sees with
+    only ``shares`` of the ``h_min`` honest noise shares left (the others subtracted by more
+    colluders than the config tolerates, or recovered), for add/remove one record: one
+    record moves one cell of each of the ``sensitivity`` tables by one, so the loss is
+    ``sensitivity * max_z log(P(Z = z) / P(Z = z + 1))`` with Z the sum of the shares left
+    (alpha = exp(-epsilon / sensitivity)). With ``shares >= h_min`` it is ``epsilon`` (one
+    full discrete Laplace or more); below, it grows like ``log(h_min / shares)`` per table."""
+    if not shares >= 1 or sensitivity < 1 or h_min < 1:
+        raise ValueError("need shares >= 1, sensitivity >= 1 and h_min >= 1")
+    eps = float(epsilon)
+    if shares >= h_min:
+        return eps
+    log_pmf = _share_sum_log_pmf(shares, h_min, math.exp(-eps / sensitivity))
+    worst = float(np.max(log_pmf[:-1] - log_pmf[1:]))
+    return sensitivity * max(worst, eps / sensitivity)
+
+
+def share_sum_sd(epsilon: Decimal | float | str, sensitivity: int, h_min: int,
+                 shares: int) -> float:
+    """Standard deviation of one cell's noise when ``shares`` of the ``h_min`` shares are
+    left: ``sqrt(2 r alpha) / (1 - alpha)``, r = shares / h_min."""
+    alpha = math.exp(-float(epsilon) / sensitivity)
+    return math.sqrt(2 * min(shares, h_min) / h_min * alpha) / (1 - alpha)
