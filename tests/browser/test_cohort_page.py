@@ -6,24 +6,11 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import pytest
+from dashboard_kit import release_round
 
-from common.cohorts.protocol import CohortState
-from common.cohorts.study import protocol_for
 from common.config import StudyConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def _release(c, config, token, number, X, study="cardio"):
-    protocol = protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
-    doc = c.get(f"/v1/studies/{study}/cohorts").json()
-    values = protocol.exact(CohortState(number - 1, doc["state"]), X)  # noise-free: exact page
-    body = {"idempotency_key": f"r{number}", "config_version": config.version,
-            "epsilon": format(protocol.cost(CohortState(number - 1, {})).epsilon.normalize(), "f"),
-            "values": [int(v) for v in values]}
-    r = c.post(f"/v1/studies/{study}/cohorts/rounds/{number}", json=body,
-               headers={"Authorization": f"Bearer {token}"})
-    assert r.status_code == 201, r.text
 
 
 def _cells(browser, selector):
@@ -55,7 +42,7 @@ def test_cohorts_page_shows_rounds_then_the_released_cohorts(
                                   json={"name": name, "epsilon_cap": "5"}).json()["token"]
             c.post("/v1/studies/cardio/members", json={"participant": name})
         c.post("/v1/studies/cardio/cohorts")
-        _release(c, config, tokens["st-mary"], 1, data["st-mary"])
+        release_round(c, config, tokens["st-mary"], 1, data["st-mary"])
 
         browser.get(server.url + "/admin/login")
         browser.find_element(By.ID, "token").send_keys(server.admin_token)
@@ -69,9 +56,9 @@ def test_cohorts_page_shows_rounds_then_the_released_cohorts(
             ["1", "open", "2", "1", "charite", ""]]
         assert "No cohort model released yet." in browser.page_source
 
-        _release(c, config, tokens["charite"], 1, data["charite"])
+        release_round(c, config, tokens["charite"], 1, data["charite"])
         for name in data:
-            _release(c, config, tokens[name], 2, data[name])
+            release_round(c, config, tokens[name], 2, data[name])
         model = c.get("/v1/studies/cardio/cohorts").json()["model"]
 
     browser.refresh()

@@ -8,8 +8,10 @@ from decimal import Decimal
 import httpx
 import numpy as np
 import pytest
+from dashboard_kit import chart_points, login, running
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+_login = login  # test_dashboard_rounds imports it from here
 
 
 def populate(server, coord_kit):
@@ -37,49 +39,20 @@ def populate(server, coord_kit):
         return {b["participant"]: b for b in c.get("/v1/admin/budget").json()}
 
 
-def _login(browser, server):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    browser.get(server.url + "/admin/login")
-    browser.find_element(By.ID, "token").send_keys(server.admin_token)
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "eps-max")))
-
-
-def _points(browser, section_id):
-    from selenium.webdriver.common.by import By
-
-    out: dict[str, list[Decimal]] = {}
-    for c in browser.find_elements(By.CSS_SELECTOR, f"#{section_id} circle.point"):
-        out.setdefault(c.get_attribute("data-series"), []).append(
-            Decimal(c.get_attribute("data-eps")))
-    return out
-
-
-def _running(values):
-    total, out = Decimal(0), []
-    for v in values:
-        total += v
-        out.append(total)
-    return out
-
-
 def test_pages_tell_the_ledger_story(browser, artifacts, coordinator_server, tmp_path,
                                      coord_kit):
     from selenium.webdriver.common.by import By
 
     server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
     budgets = populate(server, coord_kit)
-    _login(browser, server)
+    login(browser, server)
 
     # ε over time per participant: every point is a running total of that participant's charges
-    points = _points(browser, "chart-participants")
+    points = chart_points(browser, "chart-participants")
     for name, b in budgets.items():
         eps = [Decimal(e["epsilon"]) for e in b["entries"]]
-        assert points.get(name, []) == _running(eps), name
-    by_study = _points(browser, "chart-studies")
+        assert points.get(name, []) == running(eps), name
+    by_study = chart_points(browser, "chart-studies")
     assert by_study["breastw"][-1] == Decimal("0.5")
     # per study: the highest one participant has spent there (st-mary's 5 x 0.5), not the
     # sum of the 8 releases of three participants
@@ -101,9 +74,9 @@ def test_pages_tell_the_ledger_story(browser, artifacts, coordinator_server, tmp
     assert Decimal(browser.find_element(By.ID, "p-spent").text) == Decimal("1")
     rows = browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")
     assert len(rows) == len(budgets["charite"]["entries"]) == 3
-    assert _points(browser, "chart") == {"breastw": [Decimal("0.25"), Decimal("0.5")],
+    assert chart_points(browser, "chart") == {"breastw": [Decimal("0.25"), Decimal("0.5")],
                                          "cardio": [Decimal("0.5")],
-                                         "all studies": _running(
+                                         "all studies": running(
                                              [Decimal(e["epsilon"]) for e in
                                               budgets["charite"]["entries"]])}
     # the cap bounds the total, so only the total's panel draws it

@@ -16,8 +16,7 @@ from decimal import Decimal
 import httpx
 import numpy as np
 import pytest
-from test_cohort_page import _release
-from test_dashboard_pages import _login, _points, _running
+from dashboard_kit import chart_points, login, release_round, running
 
 from common.budget import plain_decimal as fmt
 from common.config import StudyConfig
@@ -72,7 +71,7 @@ def populate(server, coord_kit):
         assert c.post("/v1/studies/cohort-onc/cohorts").status_code == 201
         for number in (1, 2):
             for name, X in blob.items():
-                _release(c, config, tokens[name], number, X, study="cohort-onc")
+                release_round(c, config, tokens[name], number, X, study="cohort-onc")
         assert c.post(f"/v1/participants/{REVOKED}/revoke").status_code == 200
         budgets = {b["participant"]: b for b in c.get("/v1/admin/budget").json()}
         cohorts = c.get("/v1/studies/cohort-onc/cohorts").json()
@@ -194,7 +193,7 @@ def test_twenty_participants_five_studies_readable_and_true(
 
     server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
     budgets, signed, cohorts = populate(server, coord_kit)
-    _login(browser, server)
+    login(browser, server)
 
     # ε per participant: the largest and the median, never a sum over participants
     spent = [Decimal(b["epsilon_spent"]) for b in budgets.values()]
@@ -205,9 +204,9 @@ def test_twenty_participants_five_studies_readable_and_true(
 
     # every participant's line in its own panel, its points the ledger's running totals
     check_panels(browser, "chart-participants", budgets, by_participant=True)
-    points = _points(browser, "chart-participants")
+    points = chart_points(browser, "chart-participants")
     for name, b in budgets.items():
-        assert points.get(name, []) == _running([Decimal(e["epsilon"]) for e in b["entries"]])
+        assert points.get(name, []) == running([Decimal(e["epsilon"]) for e in b["entries"]])
     check_panels(browser, "chart-studies", budgets, by_participant=False)
 
     # what a participant pays, per study kind, as the signed configs say

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from api_kit import COHORTS
 from coordinator_kit import ADMIN, ADMIN_TOKEN, bearer
 from fastapi.testclient import TestClient
 from secagg_honest import honest_vector
 from secagg_http import Env, Hospital
 from sqlalchemy import create_engine
 
+from common.config import StudyConfig
 from coordinator.config import Settings
 from coordinator.db.tables import Base
 from coordinator.main import create_app
@@ -96,6 +98,26 @@ def make_study(client, coord_kit):
             )
             assert r2.status_code == 204, r2.text
         return r.json()["config"]
+
+    return make
+
+
+@pytest.fixture
+def cohort_study(client, coord_kit, make_participant):
+    """Study ``c1`` (3 features in [0, 1], k-means over 2 rounds) with members h1, h2."""
+
+    def make(cohorts=COHORTS, members=("h1", "h2"), cap="10", delta_caps=None):
+        hospitals = [make_participant(name, epsilon_cap=cap,
+                                      delta_cap=(delta_caps or {}).get(name, "0"))
+                     for name in members]
+        spec = {**coord_kit.study_spec("c1"), "cohorts": cohorts}
+        r = client.post("/v1/studies", json=spec, headers=ADMIN)
+        assert r.status_code == 201, r.text
+        for h in hospitals:
+            assert client.post("/v1/studies/c1/members", json={"participant": h.name},
+                               headers=ADMIN).status_code == 204
+        config = StudyConfig.model_validate_json(r.json()["config"]["payload"])
+        return config, hospitals
 
     return make
 

@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 import pytest
+from api_kit import cohort_body, cohort_protocol, table_rows
 from coordinator_kit import ADMIN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from test_cohorts_api import _body, _protocol, cohort_study  # noqa: F401 - via getfixturevalue
 
 from common.cohorts.protocol import CohortState
 from common.config import StudyConfig
@@ -33,13 +33,6 @@ KINDS = {
 }
 EXTREMES = [2**62, -(2**62), 1e308, -1e308, 5e-324, -0.0, 2**63, "1", None]
 WIRE = "less than or equal|greater than or equal|valid integer"  # pydantic's 422 texts
-
-
-def _snapshot(app) -> dict[str, list]:
-    """Every row of every table: ledgers, contributions, releases, rounds, results."""
-    with Session(app.state.engine) as s:
-        return {t.name: sorted(map(repr, s.execute(select(t)).all()))
-                for t in Base.metadata.sorted_tables}
 
 
 def _assert_finite(app) -> None:
@@ -60,7 +53,7 @@ def _assert_finite(app) -> None:
 
 
 def _make(request, kind: str):
-    """Study c1 of ``kind`` with members h1, h2, h3 (``cohort_study`` of test_cohorts_api)."""
+    """Study c1 of ``kind`` with members h1, h2, h3 (the ``cohort_study`` fixture)."""
     return request.getfixturevalue("cohort_study")(
         KINDS[kind], members=("h1", "h2", "h3"),
         delta_caps={h: "0.001" for h in ("h1", "h2", "h3")})
@@ -72,10 +65,10 @@ def _at_round(client, request, kind: str):
     config, hospitals = _make(request, kind)
     assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
     if kind == "dpm leaves":
-        state = _protocol(config).start()
+        state = cohort_protocol(config).start()
         X = np.random.default_rng(1).uniform(0, 1, (50, 3))
         for h in hospitals:
-            body = _body(config, _protocol(config).exact(state, X), 1, state=state)
+            body = cohort_body(config, cohort_protocol(config).exact(state, X), 1, state=state)
             assert client.post("/v1/studies/c1/cohorts/rounds/1", json=body,
                                headers=h.headers).status_code == 201
     doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
@@ -86,14 +79,14 @@ def _at_round(client, request, kind: str):
 def test_extreme_values_are_refused_naming_the_bound_and_change_nothing(
         client, app, request, kind) -> None:
     config, (h1, h2, h3), number, state = _at_round(client, request, kind)
-    proto = _protocol(config)
+    proto = cohort_protocol(config)
     size, bounds = proto.size(state), proto.bounds(state)
-    before = _snapshot(app)
+    before = table_rows(app)
     for value in EXTREMES:
         for index in (0, size - 1):
             values: list = [0] * size
             values[index] = value
-            body = {**_body(config, [0] * size, number, state=state), "values": values}
+            body = {**cohort_body(config, [0] * size, number, state=state), "values": values}
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}", json=body,
                             headers=h1.headers)
             assert r.status_code == 422, (value, r.text)
@@ -102,17 +95,17 @@ def test_extreme_values_are_refused_naming_the_bound_and_change_nothing(
                 assert "public bound" in detail and f"outside [{bounds.lower[index]}" in detail
             else:
                 assert any(w in detail for w in WIRE.split("|")), detail
-            assert _snapshot(app) == before
+            assert table_rows(app) == before
     for at in (bounds.upper + 1, bounds.lower - 1):  # one past the bound, every entry
-        body = _body(config, at, number, state=state)
+        body = cohort_body(config, at, number, state=state)
         r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}", json=body,
                         headers=h2.headers)
         assert r.status_code == 422 and "public bound" in r.json()["detail"], r.text
-        assert _snapshot(app) == before
+        assert table_rows(app) == before
     # the bound itself is an honest value: accepted, and the refusals blocked nothing
     for h, at in ((h1, bounds.upper), (h2, bounds.lower), (h3, bounds.upper)):
         r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
-                        json=_body(config, at, number, state=state), headers=h.headers)
+                        json=cohort_body(config, at, number, state=state), headers=h.headers)
         assert r.status_code == 201, r.text
     assert client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()["history"][
         number - 1]["status"] == "done"
@@ -126,17 +119,17 @@ def test_three_members_at_two_to_the_62_are_refused_and_the_round_goes_on(
     close the round and the run."""
     config, hospitals = _make(request, "kmeans")
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
-    size = _protocol(config).size(_protocol(config).start())
-    before = _snapshot(app)
+    size = cohort_protocol(config).size(cohort_protocol(config).start())
+    before = table_rows(app)
     for h in hospitals:
         r = client.post("/v1/studies/c1/cohorts/rounds/1",
-                        json=_body(config, [2**62] * size, 1), headers=h.headers)
+                        json=cohort_body(config, [2**62] * size, 1), headers=h.headers)
         assert r.status_code == 422 and "public bound" in r.json()["detail"], r.text
-    assert _snapshot(app) == before
+    assert table_rows(app) == before
     for number in (1, 2):
         for h in hospitals:
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
-                            json=_body(config, [0] * size, number), headers=h.headers)
+                            json=cohort_body(config, [0] * size, number), headers=h.headers)
             assert r.status_code == 201, r.text
     assert client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()["status"] == "done"
     _assert_finite(app)
@@ -151,11 +144,11 @@ def test_a_release_stored_before_the_bounds_fails_its_round_not_the_study(
     with a model."""
     config, hospitals = _make(request, kind)
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
-    proto = _protocol(config)
+    proto = cohort_protocol(config)
     start = proto.start()
     size = proto.size(start)
     for h in hospitals[:2]:
-        r = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * size, 1,
+        r = client.post("/v1/studies/c1/cohorts/rounds/1", json=cohort_body(config, [0] * size, 1,
                                                                        state=start),
                         headers=h.headers)
         assert r.status_code == 201, r.text
@@ -174,7 +167,7 @@ def test_a_release_stored_before_the_bounds_fails_its_round_not_the_study(
         state = CohortState(doc["round"] - 1, doc["state"])
         for h in hospitals[:2]:
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}",
-                            json=_body(config, proto.exact(state, np.full((20, 3), 0.3)),
+                            json=cohort_body(config, proto.exact(state, np.full((20, 3), 0.3)),
                                        doc["round"], state=state), headers=h.headers)
             assert r.status_code == 201, r.text
         doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
@@ -190,7 +183,7 @@ def test_a_step_that_would_store_a_non_finite_state_fails_its_round(client, app,
 
     config, hospitals = _make(request, "kmeans")
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
-    start = _protocol(config).start()
+    start = cohort_protocol(config).start()
     real = KMeansProtocol.advance
 
     def poisoned(self, state, releases):
@@ -201,7 +194,7 @@ def test_a_step_that_would_store_a_non_finite_state_fails_its_round(client, app,
     monkeypatch.setattr(KMeansProtocol, "advance", poisoned)
     for h in hospitals:
         r = client.post("/v1/studies/c1/cohorts/rounds/1", headers=h.headers,
-                        json=_body(config, [0] * _protocol(config).size(start), 1))
+                        json=cohort_body(config, [0] * cohort_protocol(config).size(start), 1))
         assert r.status_code == 201, r.text
     doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert doc["history"][0]["status"] == "failed" and "JSON" in doc["history"][0]["detail"]
@@ -216,10 +209,10 @@ def test_a_failed_leaf_round_ends_the_run_failed_with_its_reason(client, app, re
     from coordinator.dashboard.cohorts import cohorts_page
 
     config, hospitals, number, state = _at_round(client, request, "dpm leaves")
-    size = _protocol(config).size(state)
+    size = cohort_protocol(config).size(state)
     for h in hospitals[:2]:
         r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}", headers=h.headers,
-                        json=_body(config, [0] * size, number, state=state))
+                        json=cohort_body(config, [0] * size, number, state=state))
         assert r.status_code == 201, r.text
     with Session(app.state.engine) as s:
         for row in s.scalars(select(CohortRelease).where(CohortRelease.number == number)):
@@ -231,7 +224,7 @@ def test_a_failed_leaf_round_ends_the_run_failed_with_its_reason(client, app, re
     doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert doc["status"] == "failed" and doc["model"] is None and doc["round"] is None
     r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}", headers=hospitals[2].headers,
-                    json=_body(config, [0] * size, number, state=state))
+                    json=cohort_body(config, [0] * size, number, state=state))
     assert r.status_code == 409 and "closed" in r.json()["detail"]
     with Session(app.state.engine) as s:
         html = cohorts_page(s, "key", "c1")
@@ -254,10 +247,10 @@ def _studies(app, client, make_participant, coord_kit) -> dict:
                         headers=ADMIN)
             assert client.post(f"/v1/studies/{sid}/cohorts", headers=ADMIN).status_code == 201
             if kind == "dpm leaves":
-                state = _protocol(config).start()
-                exact = _protocol(config).exact(state, np.full((10, 3), 0.5))
+                state = cohort_protocol(config).start()
+                exact = cohort_protocol(config).exact(state, np.full((10, 3), 0.5))
                 r = client.post(f"/v1/studies/{sid}/cohorts/rounds/1", headers=hz.headers,
-                                json=_body(config, exact, 1, state=state))
+                                json=cohort_body(config, exact, 1, state=state))
                 assert r.status_code == 201, r.text
             doc = client.get(f"/v1/studies/{sid}/cohorts", headers=ADMIN).json()
             studies[kind] = (sid, config, doc["round"], CohortState(doc["round"] - 1,
@@ -279,12 +272,12 @@ def test_no_extreme_value_is_a_5xx_and_a_refusal_changes_nothing(
         client, app, make_participant, coord_kit, value, index, kind) -> None:
     hz, studies = _studies(app, client, make_participant, coord_kit)
     sid, config, number, state = studies[kind]
-    size = _protocol(config).size(state)
+    size = cohort_protocol(config).size(state)
     values: list = [0] * size
     values[index % size] = value
-    before = _snapshot(app)
+    before = table_rows(app)
     r = client.post(f"/v1/studies/{sid}/cohorts/rounds/{number}", headers=hz.headers,
-                    json={**_body(config, [0] * size, number, state=state), "values": values})
+                    json={**cohort_body(config, [0] * size, number, state=state), "values": values})
     assert r.status_code == 422, r.text
-    assert _snapshot(app) == before
+    assert table_rows(app) == before
     _assert_finite(app)

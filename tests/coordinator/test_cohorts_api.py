@@ -7,57 +7,22 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from api_kit import COHORTS, cohort_body, cohort_protocol, model_lsh
 from coordinator_kit import ADMIN
 
 from common.cohorts.marks import marks_of
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState
-from common.cohorts.study import protocol_for
-from common.config import StudyConfig
-
-COHORTS = {"method": "kmeans", "k": 2, "over": 2, "rounds": 2, "epsilon": "2"}
-
-
-@pytest.fixture
-def cohort_study(client, coord_kit, make_participant):
-    """Study ``c1`` (3 features in [0, 1], k-means over 2 rounds) with members h1, h2."""
-
-    def make(cohorts=COHORTS, members=("h1", "h2"), cap="10", delta_caps=None):
-        hospitals = [make_participant(name, epsilon_cap=cap,
-                                      delta_cap=(delta_caps or {}).get(name, "0"))
-                     for name in members]
-        spec = {**coord_kit.study_spec("c1"), "cohorts": cohorts}
-        r = client.post("/v1/studies", json=spec, headers=ADMIN)
-        assert r.status_code == 201, r.text
-        for h in hospitals:
-            assert client.post("/v1/studies/c1/members", json={"participant": h.name},
-                               headers=ADMIN).status_code == 204
-        config = StudyConfig.model_validate_json(r.json()["config"]["payload"])
-        return config, hospitals
-
-    return make
 
 
 def cohort_charges(budget):
     return [Decimal(e["epsilon"]) for e in budget["entries"] if e["kind"] == "cohort"]
 
 
-def _protocol(config):
-    return protocol_for(config.cohorts, config.lo, config.hi, bytes.fromhex(config.lsh.seed))
-
-
-def _body(config, values, number, key=None, state=None, **override):
-    cost = _protocol(config).cost(state or CohortState(number - 1, {}))
-    return {"idempotency_key": key or f"k-{number}", "config_version": config.version,
-            "epsilon": format(cost.epsilon.normalize(), "f"),
-            "delta": format(cost.delta.normalize(), "f"),
-            "values": [int(v) for v in values], **override}
-
-
 def _exact(client, config, number, X):
     state = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert state["status"] == "running" and state["round"] == number
-    return _protocol(config).exact(CohortState(number - 1, state["state"]), X)
+    return cohort_protocol(config).exact(CohortState(number - 1, state["state"]), X)
 
 
 def test_a_dpm_tree_runs_through_the_same_rounds(client, cohort_study):
@@ -66,12 +31,12 @@ def test_a_dpm_tree_runs_through_the_same_rounds(client, cohort_study):
     rng = np.random.default_rng(5)
     data = [np.clip(np.vstack([rng.normal(0.2, 0.02, (100, 3)), rng.normal(0.8, 0.02, (100, 3))]),
                     0, 1) for _ in hospitals]
-    proto, spent = _protocol(config), Decimal(0)
+    proto, spent = cohort_protocol(config), Decimal(0)
     while (doc := client.get("/v1/studies/c1/cohorts", headers=ADMIN).json())["status"] != "done":
         state = CohortState(doc["round"] - 1, doc["state"])
         spent += proto.cost(state).epsilon
         for h, X in zip(hospitals, data, strict=True):
-            body = _body(config, proto.exact(state, X), doc["round"], state=state)
+            body = cohort_body(config, proto.exact(state, X), doc["round"], state=state)
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}", json=body,
                             headers=h.headers)
             assert r.status_code == 201, r.text
@@ -99,12 +64,12 @@ def test_gaussian_leaf_round_charges_its_delta_and_a_member_without_delta_cap_is
     rng = np.random.default_rng(5)
     X = np.clip(np.vstack([rng.normal(0.2, 0.02, (100, 3)), rng.normal(0.8, 0.02, (100, 3))]),
                 0, 1)
-    proto, refused = _protocol(config), []
+    proto, refused = cohort_protocol(config), []
     while (doc := client.get("/v1/studies/c1/cohorts", headers=ADMIN).json())["status"] != "done":
         state = CohortState(doc["round"] - 1, doc["state"])
         cost = proto.cost(state)
         for h in (h1, h2):
-            body = _body(config, proto.exact(state, X), doc["round"], state=state)
+            body = cohort_body(config, proto.exact(state, X), doc["round"], state=state)
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{doc['round']}", json=body,
                             headers=h.headers)
             if cost.delta and h is h2:
@@ -136,17 +101,17 @@ def test_run_to_the_released_model_with_exact_ledgers(client, cohort_study):
             # noise-free vectors: the coordinator's arithmetic is checked exactly
             values = _exact(client, config, number, blobs[h.name])
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
-                            json=_body(config, values, number), headers=h.headers)
+                            json=cohort_body(config, values, number), headers=h.headers)
             assert r.status_code == 201, r.text
         retry = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
-                            json=_body(config, values, number), headers=h2.headers)
+                            json=cohort_body(config, values, number), headers=h2.headers)
         assert retry.status_code == 200 and retry.json()["status"] == "done"
     doc = client.get("/v1/studies/c1/cohorts", headers=h1.headers).json()
     assert doc["status"] == "done" and [r["status"] for r in doc["history"]] == ["done"] * 2
     model = CohortModel.from_json(json.dumps(doc["model"]))
     # exactly what the pure protocol gives on the same vectors (the start is drawn from the
     # study's fresh seed, so how many records a pruned seed centroid took varies by study)
-    proto = _protocol(config)
+    proto = cohort_protocol(config)
     state = proto.start()
     for _ in (1, 2):
         state = proto.advance(state, [proto.exact(state, X) for X in blobs.values()])
@@ -180,14 +145,14 @@ def test_gaussian_kmeans_sums_charge_delta_split_over_the_rounds(client, cohort_
     rng = np.random.default_rng(4)
     blobs = {h1.name: np.clip(rng.normal(0.2, 0.02, (200, 3)), 0, 1),
              h2.name: np.clip(rng.normal(0.8, 0.02, (200, 3)), 0, 1)}
-    proto = _protocol(config)
+    proto = cohort_protocol(config)
     for number in (1, 2):
         state = CohortState(number - 1, {})
         assert proto.cost(state).delta == declared_delta(10_000) / 2
         for h in (h1, h2):
             values = _exact(client, config, number, blobs[h.name])
             r = client.post(f"/v1/studies/c1/cohorts/rounds/{number}",
-                            json=_body(config, values, number), headers=h.headers)
+                            json=cohort_body(config, values, number), headers=h.headers)
             assert r.status_code == 201, r.text
     doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert doc["status"] == "done" and doc["model"] is not None
@@ -200,11 +165,11 @@ def test_gaussian_kmeans_sums_charge_delta_split_over_the_rounds(client, cohort_
 def test_a_different_vector_under_a_stored_round_is_refused(client, cohort_study):
     config, (h1, _) = cohort_study()
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
-    n = _protocol(config).size(_protocol(config).start())
-    first = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * n, 1),
+    n = cohort_protocol(config).size(cohort_protocol(config).start())
+    first = client.post("/v1/studies/c1/cohorts/rounds/1", json=cohort_body(config, [0] * n, 1),
                         headers=h1.headers)
     assert first.status_code == 201
-    other = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [1] * n, 1),
+    other = client.post("/v1/studies/c1/cohorts/rounds/1", json=cohort_body(config, [1] * n, 1),
                         headers=h1.headers)
     assert other.status_code == 409 and "exactly the same release" in other.json()["detail"]
 
@@ -214,14 +179,14 @@ def test_admin_close_moves_on_without_the_missing_member(client, cohort_study):
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
     empty = client.post("/v1/studies/c1/cohorts/rounds/1/close", headers=ADMIN)
     assert empty.status_code == 409 and "no release yet" in empty.json()["detail"]
-    n = _protocol(config).size(_protocol(config).start())
-    client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * n, 1),
+    n = cohort_protocol(config).size(cohort_protocol(config).start())
+    client.post("/v1/studies/c1/cohorts/rounds/1", json=cohort_body(config, [0] * n, 1),
                 headers=h1.headers)
     closed = client.post("/v1/studies/c1/cohorts/rounds/1/close", headers=ADMIN)
     assert closed.status_code == 200 and "missing: h2" in closed.json()["detail"]
     doc = client.get("/v1/studies/c1/cohorts", headers=ADMIN).json()
     assert doc["round"] == 2 and doc["history"][1]["expected"] == ["h1"]
-    late = client.post("/v1/studies/c1/cohorts/rounds/2", json=_body(config, [0] * n, 2),
+    late = client.post("/v1/studies/c1/cohorts/rounds/2", json=cohort_body(config, [0] * n, 2),
                        headers=h2.headers)
     assert late.status_code == 409 and "not expected" in late.json()["detail"]
 
@@ -229,8 +194,8 @@ def test_admin_close_moves_on_without_the_missing_member(client, cohort_study):
 def test_over_cap_release_is_refused_and_not_stored(client, cohort_study):
     config, (h1, _) = cohort_study(cap="0.5")  # a round costs 1
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
-    n = _protocol(config).size(_protocol(config).start())
-    r = client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, [0] * n, 1),
+    n = cohort_protocol(config).size(cohort_protocol(config).start())
+    r = client.post("/v1/studies/c1/cohorts/rounds/1", json=cohort_body(config, [0] * n, 1),
                     headers=h1.headers)
     assert r.status_code == 409 and "budget exceeded" in r.json()["detail"]
     me = client.get("/v1/me", headers=h1.headers).json()
@@ -251,9 +216,9 @@ def test_bad_releases_get_4xx_with_a_reason(client, cohort_study, path, override
                                              detail):
     config, (h1, _) = cohort_study()
     client.post("/v1/studies/c1/cohorts", headers=ADMIN)
-    n = _protocol(config).size(_protocol(config).start())
+    n = cohort_protocol(config).size(cohort_protocol(config).start())
     r = client.post("/v1/studies/c1/cohorts" + path,
-                    json=_body(config, [0] * n, 1) | override, headers=h1.headers)
+                    json=cohort_body(config, [0] * n, 1) | override, headers=h1.headers)
     assert r.status_code == status, r.text
     assert detail in r.json()["detail"]
 
@@ -293,12 +258,10 @@ def test_a_cohort_release_is_never_replaced_by_an_lsh_release(client, cohort_stu
     of the same participant starts the LSH model afresh (1 contributor, exactly its counts)
     and replaces nothing, on both storage paths (SQLite's and PostgreSQL's two-statement
     ingest)."""
-    from test_contributions import model_lsh
-
     config, (h1, _) = cohort_study()
     assert client.post("/v1/studies/c1/cohorts", headers=ADMIN).status_code == 201
     values = _exact(client, config, 1, np.full((20, 3), 0.5))
-    assert client.post("/v1/studies/c1/cohorts/rounds/1", json=_body(config, values, 1),
+    assert client.post("/v1/studies/c1/cohorts/rounds/1", json=cohort_body(config, values, 1),
                        headers=h1.headers).status_code == 201
     signed = client.get("/v1/studies/c1/config", headers=h1.headers).json()
     body, lsh, _ = coord_kit.release(signed, np.random.default_rng(9))

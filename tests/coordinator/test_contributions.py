@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
+from api_kit import model_lsh
 from coordinator_kit import ADMIN
 
 from common.encoding import encode_counts
@@ -21,12 +22,6 @@ def assert_nothing_stored(client, name="h1"):
     assert budget[name]["entries"] == []
     model = client.get("/v1/studies/s1/model", headers=ADMIN).json()
     assert model["version"] == 0 and model["contributors"] == 0
-
-
-def model_lsh(model: dict) -> np.ndarray:
-    data = zlib.decompress(base64.b64decode(model["lsh"]["data"]))
-    assert hashlib.sha256(data).hexdigest() == model["lsh"]["sha256"]
-    return np.frombuffer(data, dtype=np.dtype(model["lsh"]["dtype"]))
 
 
 def test_later_release_replaces_earlier_one_and_both_are_charged(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from coordinator_kit import ADMIN
-from test_online_gradients import URL, body, create_study
+from online_api_kit import URL, body, create_study
 
 from common.online import OnlineParams, centre_from_release, federated_step
 from common.online.wire import decode_vector

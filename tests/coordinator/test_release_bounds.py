@@ -13,11 +13,11 @@ import struct
 
 import numpy as np
 import pytest
+from api_kit import table_rows
 from coordinator_kit import ADMIN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_cohort_bounds import _snapshot
-from test_online_gradients import URL, body, create_study
+from online_api_kit import URL, body, create_study
 
 from common.cellkeys import key_words, keys_from_ints
 from common.encoding import EncodedCounts, decode_counts, encode_counts
@@ -89,14 +89,14 @@ def test_extreme_cells_are_refused_naming_the_bound_and_change_nothing(
     url = f"/v1/studies/{sid}/contributions"
     assert client.post(url, json=coord_kit.release(signed, rng)[0],
                        headers=h.headers).status_code == 201  # an honest one first
-    before = _snapshot(app)
+    before = table_rows(app)
     r = client.post(url, json=_contribution(coord_kit, signed, rng, kind, value),
                     headers=h.headers)
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert re.search(rf"(LSH table \d+|grid value 0|value 0) .*is {value}; the public bound is",
                      detail), detail
-    assert _snapshot(app) == before
+    assert table_rows(app) == before
     _finite_models(client, sid)
 
 
@@ -120,11 +120,11 @@ def test_a_poked_lsh_table_total_is_refused(client, app, coord_kit, rng, study):
     bounds = release_bounds(config)
     lsh = coord_kit.release(signed, rng)[1].copy()
     lsh[0] += bounds.table_tails[0] + max(bounds.table_tails[1:]) + 1  # within the cell bound
-    before = _snapshot(app)
+    before = table_rows(app)
     r = client.post(f"/v1/studies/{sid}/contributions",
                     json=coord_kit.release(signed, rng, lsh_values=lsh)[0], headers=h.headers)
     assert r.status_code == 422 and "total" in r.json()["detail"], r.text
-    assert _snapshot(app) == before
+    assert table_rows(app) == before
 
 
 def _raw(values) -> str:
@@ -155,7 +155,7 @@ def test_extreme_online_sums_are_refused_and_change_nothing(
     if centring:  # an honest centring release, then a first step
         assert client.post(URL, json=body(signed, "c", np.ones(4), 10, 0, online=online),
                            headers=h1).status_code == 201
-    before = _snapshot(app)
+    before = table_rows(app)
     doc = body(signed, "x", np.zeros(4), 10 if centring else 3, 0 if centring else window,
                online=online)
     doc["noisy_sum"] = _raw([value, value, -value, value])
@@ -164,7 +164,7 @@ def test_extreme_online_sums_are_refused_and_change_nothing(
     assert r.status_code == (201 if small else 422), r.text
     if not small:
         assert ("public bound" in r.json()["detail"] or "finite" in r.json()["detail"])
-        assert _snapshot(app) == before
+        assert table_rows(app) == before
     _online_model(client)
     ok = client.post(URL, json=body(signed, "y", np.ones(4), 2, window + 1, online=online),
                      headers=h1)

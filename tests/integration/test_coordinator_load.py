@@ -14,7 +14,7 @@ import collections
 import httpx
 import numpy as np
 import pytest
-from test_coordinator_concurrency import CAP, check_invariants, setup_federation
+from storm_kit import CAP, check_invariants, setup_federation
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 CLIENTS = 500

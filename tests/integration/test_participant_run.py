@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from participant_cli_kit import EXE, FEATURES, SLOT_ENV, new_study, run_cli, write_data
 from secagg_http import certify_states
-from test_participant_flow import EXE, FEATURES, SLOT_ENV, new_study, run_cli, write_data
 
 from participant.cli.consortium import raw_key
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from test_stream import FEATURES, ONLINE, stream
+from stream_cli_kit import FEATURES, ONLINE, stream
 
 from participant.agent import Agent
 

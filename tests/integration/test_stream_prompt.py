@@ -9,7 +9,7 @@ import re
 import select
 import subprocess
 
-from test_stream import EXE, score_rows, setup
+from stream_cli_kit import EXE, score_rows, setup
 
 PROMPT = re.compile(rb"label record (r\d+) \(margin [-+]\d\.\d{3}\): 1 = outlier, 0 = inlier, "
                     rb"empty = later: ")
