@@ -1,6 +1,7 @@
 # --- coordinator fixtures (PostgreSQL test schema, study and release builders) ---------------
 import os as _os
 import secrets as _secrets
+from pathlib import Path as _Path
 
 import pytest as _pytest
 from coordinator_kit import CoordinatorKit
@@ -15,6 +16,35 @@ _hypothesis_settings.register_profile(
     "fedod", deadline=None, suppress_health_check=[_HealthCheck.too_slow]
 )
 _hypothesis_settings.load_profile("fedod")
+
+# The everyday loop, ``pytest -m "not slow"`` (tests/README.md), leaves out every test that runs
+# real server, participant or Dask worker processes or a browser: all of tests/integration and
+# tests/browser, and any test elsewhere that uses one of these fixtures (``scheduler``: a Dask
+# LocalCluster; ``adversary``: two participant processes). It also leaves out the PostgreSQL
+# runs (mark ``postgres``; the API tests still run on SQLite) and a few long tests of modules
+# listed here by node id. Plain ``pytest`` still runs them all.
+SLOW_FOLDERS = ("integration", "browser")
+SLOW_FIXTURES = {"participant_coordinator", "own_participant_coordinator", "recording_proxy",
+                 "coordinator_server", "browser", "scheduler", "adversary"}
+SLOW_TESTS = (
+    "tests/common/test_secagg_large_cohort.py",  # a 300-member round
+    "tests/common/test_secagg_graph.py::test_shamir_in_gf_2_128_takes_indices_past_255",
+    "tests/coordinator/test_rounds_beacon.py",  # a 40-member secure round per test
+)
+
+
+def _is_slow(item) -> bool:
+    folder = item.path.relative_to(_Path(__file__).parent).parts[0]
+    return (folder in SLOW_FOLDERS or item.nodeid.startswith(SLOW_TESTS)
+            or item.get_closest_marker("postgres") is not None
+            or bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))))
+
+
+@_pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(_pytest.mark.slow)
 
 
 @_pytest.fixture(scope="session")
@@ -46,7 +76,6 @@ def coord_kit():
 
 
 # --- participant fixtures (a real `fedod-coordinator serve` process on loopback) ------------
-from pathlib import Path as _Path  # noqa: E402
 
 
 class ParticipantCoordinator:

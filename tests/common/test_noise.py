@@ -129,6 +129,7 @@ def distributed_release(counts: np.ndarray, draws: int, epsilon: str, h_min: int
     return np.asarray(counts[None, :] + noise, dtype=np.int64)
 
 
+@pytest.mark.slow
 def test_distributed_release_on_neighbouring_datasets() -> None:
     """m tables, one record more in one cell of each: the sum of h shares meets epsilon,
     and the same test catches shares sized for twice the epsilon (half the noise).

@@ -160,6 +160,7 @@ def release_statistic(first: np.ndarray, noise: GradientNoise) -> float:
     return float(np.dot(c, resid))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sensitivity", "caught"), [("column", False), ("one", True)])
 def test_whole_release_sequence_on_neighbouring_streams(sensitivity: str, caught: bool) -> None:
     """Streams differing in their first slot ([1] against the empty record [0]: gradients -1

@@ -176,6 +176,7 @@ def release_sequence(first: np.ndarray, noise: object) -> np.ndarray:
     return np.array([float(v[0]) for v in rec.out])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("height", "caught"), [(3, False), (1, True)])
 def test_whole_release_sequence_on_neighbouring_streams(height: int, caught: bool) -> None:
     """Streams differing in their first slot ([1] against the empty record [0]: gradients -1

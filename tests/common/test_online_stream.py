@@ -106,6 +106,7 @@ def final_weight(stream: list[np.ndarray], labels: list[int], params: OnlinePara
     return float(svm.w_.sum())
 
 
+@pytest.mark.slow
 def test_whole_stream_privacy_on_neighbouring_streams() -> None:
     """Streams differing in one slot (a record against the empty, zero record): a statistic
     of the released weights stays within the charged (eps_s + eps_g, delta_g). Control: the

@@ -20,6 +20,7 @@ def transcript(posts: list[dict]) -> tuple:
     return tuple((p["window"], p["epsilon"], p["delta"], p["config_version"]) for p in posts)
 
 
+@pytest.mark.slow
 def test_coordinator_transcript_does_not_depend_on_the_stream_length(tmp_path):
     """Streams of 0, 7, 20 and 33 records in window 0 (20 slots), then an empty window 1:
     the number, order, windows and claims of the releases are the same in every run, and the
