@@ -42,7 +42,6 @@ import math
 from decimal import Decimal
 
 import numpy as np
-from scipy.special import gammaln
 
 
 def _count(name: str, value: int, low: int) -> int:
@@ -89,6 +88,8 @@ def _share_sum_log_pmf(shares: int, h_min: int, alpha: float) -> np.ndarray:
     ``NB(shares / h_min, alpha)`` (``P(j) = Gamma(j + r) / (Gamma(r) j!) (1 - alpha)^r
     alpha^j``), for z up to :data:`_REACH`, the sums truncated where the tail is below
     ``e**-80`` of the mode."""
+    from scipy.special import gammaln  # accounting only: scoring must not load scipy
+
     r = shares / h_min
     top = int(math.ceil((80 + 10 * abs(math.log(r))) / -math.log(alpha))) + 50
     j = np.arange(top, dtype=np.float64)

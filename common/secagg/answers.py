@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from common.secagg.keys import RoundSecrets, share_aad, share_key
+from common.secagg.keys import RoundSecrets, ack_key, share_aad, share_key
 from common.secagg.messages import (
     RecoverBody,
     RequestBody,
@@ -24,13 +24,12 @@ from common.secagg.messages import (
     SignedMessage,
     b64d,
     open_message,
-    raw_ed25519,
 )
 from common.secagg.params import AggregationParams
 from common.secagg.participant import same_ref
 from common.secagg.roster import VerifiedRoster, unpack_for
 from common.secagg.shares import ShareOpenError, open_share
-from common.secagg.wire import ACK_BYTES, sign_frame, verify_ack
+from common.secagg.wire import ACK_TAG_BYTES, check_ack_tag, sign_frame
 
 __all__ = ["answer_unmask", "answer_recover"]
 
@@ -75,11 +74,12 @@ def answer_unmask(
         raise RoundRefused(
             f"{me} last masked attempt {masked_attempt} of round {request.round}: it helps "
             f"unmask no other attempt (asked for {request.attempt})")
-    held = unpack_for(roster, me, acks, ACK_BYTES) or {}
+    held = unpack_for(roster, me, acks, ACK_TAG_BYTES) or {}
     for name in roster.holders(me):  # split view: my neighbours masked under MY roster
-        ack = held.get(name)
-        key = raw_ed25519(roster.members[name].identity_key)
-        if ack is None or not verify_ack(ack, roster.body, name, roster.digest, key):
+        tag = held.get(name)
+        key = ack_key(secrets.round_key, roster.members[name], roster.members[me],
+                      roster.body.round_id, roster.digest)
+        if tag is None or not check_ack_tag(tag, key, roster.body, name, me, roster.digest):
             raise RoundRefused(
                 f"{name} did not acknowledge the roster {me} masked under: the coordinator "
                 "may have shown members different rosters (split view); no unmask answer "

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from common.secagg.masks import SELF_SEED_BYTES, pair_seed
 from common.secagg.messages import AdvertBody, b64d
 
-__all__ = ["RoundSecrets", "raw_public", "share_key", "share_aad"]
+__all__ = ["RoundSecrets", "raw_public", "share_key", "share_aad", "ack_key"]
 
 _RAW = serialization.Encoding.Raw
 _PUB = serialization.PublicFormat.Raw
@@ -54,19 +54,30 @@ class RoundSecrets:
         return cls(X25519PrivateKey.from_private_bytes(data[:32]), data[32:])
 
 
-def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str,
-              roster_digest: str) -> bytes:
-    """AES-256-SIV key sealing seed shares between two members for this attempt and roster."""
+def _pair_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str,
+              roster_digest: str, purpose: bytes, length: int) -> bytes:
     return pair_seed(
         mine,
         X25519PublicKey.from_public_bytes(b64d(peer.round_key, size=32)),
         round_id=round_id,
         roster_digest=roster_digest,
-        purpose=b"share",
+        purpose=purpose,
         my_identity=b64d(me.identity_key),
         peer_identity=b64d(peer.identity_key),
-        length=64,
+        length=length,
     )
+
+
+def share_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str,
+              roster_digest: str) -> bytes:
+    """AES-256-SIV key sealing seed shares between two members for this attempt and roster."""
+    return _pair_key(mine, peer, me, round_id, roster_digest, b"share", 64)
+
+
+def ack_key(mine: X25519PrivateKey, peer: AdvertBody, me: AdvertBody, round_id: str,
+            roster_digest: str) -> bytes:
+    """HMAC key of the two members' roster acknowledgements (common.secagg.wire.ack_tag)."""
+    return _pair_key(mine, peer, me, round_id, roster_digest, b"ack", 32)
 
 
 def share_aad(round_id: str, owner: str, holder: str, roster_digest: str) -> bytes:

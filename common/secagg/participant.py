@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from numpy.typing import NDArray
 
-from common.secagg.keys import RoundSecrets, raw_public, share_aad, share_key
+from common.secagg.keys import RoundSecrets, ack_key, raw_public, share_aad, share_key
 from common.secagg.masks import apply_masks, pack_words, pair_seed, to_words
 from common.secagg.messages import (
     RosterBody,
@@ -35,7 +35,7 @@ from common.secagg.roster import (
     unpack_for,
 )
 from common.secagg.shares import seal_share, split_seed
-from common.secagg.wire import frame_header, make_advert_frame, sign_ack, sign_frame
+from common.secagg.wire import ack_tag, frame_header, make_advert_frame, sign_frame
 
 ADVERT_TAIL = 128
 """An advert frame without its header: X25519 key, seed commitment, signature."""
@@ -191,6 +191,9 @@ def mask_upload(
         )
         for name, share in zip(holders, shares, strict=False)
     )
-    ack = sign_ack(body, me, roster.digest, identity)
-    return sign_frame("masked", body, me, pack_words(words, k) + sealed + ack, identity,
+    acks = b"".join(
+        ack_tag(ack_key(secrets.round_key, roster.members[name], mine, body.round_id,
+                        roster.digest), body, me, name, roster.digest)
+        for name in holders)
+    return sign_frame("masked", body, me, pack_words(words, k) + sealed + acks, identity,
                       roster.digest)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from common.secagg.graph import MaskingGraph
 from common.secagg.messages import AdvertBody, RosterBody, RoundRefused, b64d, b64e
 from common.secagg.wire import (
-    ACK_BYTES,
+    ACK_TAG_BYTES,
     HEADER_BYTES,
     SEALED_SHARE_BYTES,
     SIGNATURE_BYTES,
@@ -50,8 +50,9 @@ class VerifiedRoster:
         return self.graph.share_index(owner, holder)
 
     def shares_size(self) -> int:
-        """Bytes after the masked words: sealed shares, then the roster acknowledgement."""
-        return SEALED_SHARE_BYTES * self.graph.degree + ACK_BYTES
+        """Bytes after the masked words: sealed shares, then the roster acknowledgements
+        (one per graph neighbour each)."""
+        return (SEALED_SHARE_BYTES + ACK_TAG_BYTES) * self.graph.degree
 
 
 def to_bitmap(universe: list[str], names: list[str]) -> str:

@@ -83,7 +83,8 @@ class RoundState(RoundPublic):
     ``roster`` (who is in: a bitmap over the certified members) comes with ``adverts``, the
     advert frames of the caller's graph neighbours only (common.secagg.graph); both are left
     out (null, empty) when the caller says it already holds the roster whose digest is
-    ``roster_digest`` (``?known_roster=``), as is the membership certificate when it holds
+    ``roster_digest`` (``?known_roster=``), with the beacon signature and draw statement that
+    came with it, as is the membership certificate when it holds
     that (``?known_membership=``): a member re-reads the state at every step while it waits.
     ``acks`` (unmask phase): the roster acknowledgements of the caller's graph neighbours.
 
@@ -121,17 +122,19 @@ class RoundState(RoundPublic):
         "11-byte headers (128 bytes each), in neighbour order (sorted by name), base85 (RFC 1924 "
         "alphabet, Python's base64.b85encode).")
     beacon: str | None = Field(
-        default=None, description="Beacon studies, from phase masking on: the consortium "
-        "key's Ed25519 signature over the roster (common.secagg.beacon, base64), which seeds "
-        "the masking graph; a member verifies it under the key it pinned.")
+        default=None, description="Beacon studies, served with the roster (left out with "
+        "it): the consortium key's Ed25519 signature over the roster (common.secagg.beacon, "
+        "base64), which seeds the masking graph; a member verifies it under the key it pinned.")
     draw: BeaconDraw | None = Field(
-        default=None, description="Beacon studies, from phase masking on: the caller's own "
-        "draw count signed by the consortium key (common.secagg.draws); a member masks only "
-        "if it is at most BEACON_DRAWS above the count of its last masked release.")
+        default=None, description="Beacon studies, served with the roster (left out with "
+        "it): the caller's own draw count signed by the consortium key (common.secagg.draws); "
+        "a member masks only if it is at most BEACON_DRAWS above the count of its last masked "
+        "release.")
     request: SignedMessage | None = None
     acks: str = Field(
-        default="", description="The caller's graph neighbours' signed roster "
-        "acknowledgements (64 bytes each), in neighbour order, base85.")
+        default="", description="The roster acknowledgements the caller's graph neighbours "
+        "addressed to it (16 bytes each, common.secagg.wire.ack_tag), in neighbour order, "
+        "base85.")
     inbox: dict[str, str] = Field(default_factory=dict)
     wire: int = Field(
         default=2, description="The secure-aggregation wire version the coordinator speaks "

@@ -47,13 +47,12 @@ from common.secagg.roster import (
 )
 from common.secagg.shares import combine_seed
 from common.secagg.wire import (
-    ACK_BYTES,
+    ACK_TAG_BYTES,
     HEADER_BYTES,
     SEALED_SHARE_BYTES,
     SIGNATURE_BYTES,
     open_advert,
     open_frame,
-    verify_ack,
 )
 
 __all__ = [
@@ -141,8 +140,6 @@ def accept_masked(
     size = _words_size(n_cells, k)
     body = open_frame(frame, "masked", size + roster.shares_size(), ref=roster.body,
                       sender=name, key=identity, roster_digest=roster.digest)
-    if not verify_ack(body[-ACK_BYTES:], roster.body, name, roster.digest, identity):
-        raise RoundRefused(f"masked frame of {name}: its roster acknowledgement does not verify")
     try:
         return unpack_words(body[:size], n_cells, k)
     except ValueError as exc:
@@ -157,9 +154,12 @@ def sealed_share(frame: bytes, roster: VerifiedRoster, *, owner: str, holder: st
     return frame[at : at + SEALED_SHARE_BYTES]
 
 
-def masked_ack(frame: bytes) -> bytes:
-    """The roster acknowledgement carried by an accepted masked frame."""
-    return frame[-(ACK_BYTES + SIGNATURE_BYTES) : -SIGNATURE_BYTES]
+def masked_ack(frame: bytes, roster: VerifiedRoster, *, owner: str, holder: str) -> bytes:
+    """The acknowledgement tag ``owner``'s accepted masked frame addresses to ``holder``."""
+    tags = roster.graph.degree * ACK_TAG_BYTES
+    at = len(frame) - SIGNATURE_BYTES - tags + ACK_TAG_BYTES * roster.holders(owner).index(
+        holder)
+    return frame[at : at + ACK_TAG_BYTES]
 
 
 def build_request(roster: VerifiedRoster, included: int, key: Ed25519PrivateKey
@@ -169,12 +169,13 @@ def build_request(roster: VerifiedRoster, included: int, key: Ed25519PrivateKey
 
 
 def neighbour_acks(roster: VerifiedRoster, me: str, masked: dict[str, bytes]) -> str:
-    """The roster acknowledgements of ``me``'s graph neighbours, from their accepted masked
-    frames (name -> frame), packed in neighbour order: what ``me`` checks before it answers
-    the unmask request (empty until every neighbour's frame is in)."""
+    """The roster acknowledgements ``me``'s graph neighbours addressed to it, from their
+    accepted masked frames (name -> frame), packed in neighbour order: what ``me`` checks
+    before it answers the unmask request (empty until every neighbour's frame is in)."""
     if not set(roster.holders(me)) <= set(masked):
         return ""
-    return pack_for(roster, me, {n: masked_ack(f) for n, f in masked.items()})
+    return pack_for(roster, me, {n: masked_ack(masked[n], roster, owner=n, holder=me)
+                                 for n in roster.holders(me)})
 
 
 def neighbour_adverts(roster: VerifiedRoster, me: str, adverts: dict[str, bytes]) -> str:

@@ -17,14 +17,15 @@ a truncated, padded or oversized frame is refused before its signature is checke
     masked  masked words packed to k bits (ceil(cells * k / 8)) | b_u's Shamir share sealed for
             each other member (32: AES-SIV tag + 16 bytes; roster order; the share's index is
             the holder's roster position + 1, so it is not sent)
-            | the member's acknowledgement of the roster (64): an Ed25519 signature of its
-            identity key over ``b"fedod-secagg/ack/2\x00" + study + b"\x00" + sender +
-            b"\x00" + round (8, LE) + attempt (2, LE) + roster digest (32)``. The coordinator
-            copies every member's acknowledgement into the unmask request; a member answers
-            only if each verifies under that member's certified identity key over the roster
-            it masked under, so two members shown different rosters (a split view) are
-            detected before any unmask answer leaves (Bonawitz et al., CCS 2017,
-            ConsistencyCheck).
+            | the member's acknowledgement of the roster to each graph neighbour (16 bytes
+            each, in the same order): HMAC-SHA256, truncated, under the key the two share
+            for that roster (X25519 + HKDF, bound to the roster digest), over ``b"fedod-secagg/
+            ack/3\x00" + study + sender + recipient + round + attempt + roster digest``.
+            The coordinator serves each member the tags its neighbours addressed to it; a
+            member answers the unmask request only if each checks, so two members shown
+            different rosters (a split view) are detected before any unmask answer leaves
+            (Bonawitz et al., CCS 2017, ConsistencyCheck; a MAC serves as well as a signature
+            here: only the two ends hold the key, and each checks for itself).
     unmask  b_u itself (16)
     shares  (recover phase only) the sender's 16-byte shares of the seeds of the lost members
             it neighbours in the masking graph, in name order (their Shamir indices follow
@@ -36,6 +37,7 @@ JSON with base64 would add a third to every frame (and names and field labels be
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from typing import Literal
 
@@ -58,16 +60,17 @@ __all__ = [
     "open_advert",
     "frame_digest",
     "frame_header",
-    "ACK_BYTES",
-    "sign_ack",
-    "verify_ack",
+    "ACK_TAG_BYTES",
+    "ack_tag",
+    "check_ack_tag",
     "WIRE",
 ]
 
 WIRE = 3
 """The secure-aggregation wire version: in every frame's signature context, in each round
-state (``RoundState.wire``), checked by both sides. 3: pairwise masks and share keys bound to
-the roster digest, acknowledgements ``ack/2``. A frame of version 2 is refused by name."""
+state (``RoundState.wire``), checked by both sides. 3: pairwise masks, share keys and
+acknowledgement keys bound to the roster digest; one 16-byte acknowledgement tag per graph
+neighbour instead of one signature. A frame of version 2 is refused by name."""
 
 FrameKind = Literal["advert", "masked", "unmask", "shares"]
 _CODES: dict[str, int] = {"advert": 1, "masked": 2, "unmask": 3, "shares": 4}
@@ -75,7 +78,7 @@ _HEADER = struct.Struct("<BQH")
 HEADER_BYTES = _HEADER.size
 SIGNATURE_BYTES = 64
 SEALED_SHARE_BYTES = 32
-ACK_BYTES = 64
+ACK_TAG_BYTES = 16
 OCTET_STREAM = "application/octet-stream"
 
 
@@ -173,25 +176,22 @@ def open_frame(
     return unsigned[_HEADER.size :]
 
 
-def _ack_message(ref: RoundRef, sender: str, roster_digest: str) -> bytes:
-    return (b"fedod-secagg/ack/2\x00" + ref.study_id.encode() + b"\x00" + sender.encode()
-            + b"\x00" + struct.pack("<QH", ref.round, ref.attempt)
-            + bytes.fromhex(roster_digest))
+def ack_tag(key: bytes, ref: RoundRef, sender: str, recipient: str, roster_digest: str
+            ) -> bytes:
+    """``sender``'s acknowledgement to ``recipient`` that it masked under the roster
+    ``roster_digest``: HMAC-SHA256 truncated to 16 bytes under the key the two members share
+    for that roster (:func:`common.secagg.keys.ack_key`). Only the two can make it; a sender
+    shown another roster derives another key, so its tag does not check."""
+    message = (b"fedod-secagg/ack/3\x00" + ref.study_id.encode() + b"\x00" + sender.encode()
+               + b"\x00" + recipient.encode() + b"\x00" + struct.pack("<QH", ref.round,
+                                                                        ref.attempt)
+               + bytes.fromhex(roster_digest))
+    return hmac.new(key, message, hashlib.sha256).digest()[:ACK_TAG_BYTES]
 
 
-def sign_ack(ref: RoundRef, sender: str, roster_digest: str, key: Ed25519PrivateKey) -> bytes:
-    """``sender``'s acknowledgement that it masked under the roster ``roster_digest``."""
-    return key.sign(_ack_message(ref, sender, roster_digest))
-
-
-def verify_ack(
-    ack: bytes, ref: RoundRef, sender: str, roster_digest: str, key: Ed25519PublicKey
-) -> bool:
-    try:
-        key.verify(ack, _ack_message(ref, sender, roster_digest))
-    except InvalidSignature:
-        return False
-    return True
+def check_ack_tag(tag: bytes, key: bytes, ref: RoundRef, sender: str, recipient: str,
+                  roster_digest: str) -> bool:
+    return hmac.compare_digest(tag, ack_tag(key, ref, sender, recipient, roster_digest))
 
 
 def make_advert_frame(

@@ -117,8 +117,8 @@ def round_state(
         roster_digest=None if known or roster is not None else digest,
         adverts=adverts,
         membership=certificate,
-        beacon=rnd.beacon if roster is not None else None,  # beacon studies only
-        draw=member_draw(rnd, me) if roster is not None else None,  # the caller's own only
+        beacon=rnd.beacon if roster is not None and not known else None,  # beacon studies
+        draw=member_draw(rnd, me) if roster is not None and not known else None,  # its own
         request=None if request is None else view.compact(request),
         acks=acks,
         inbox=inbox,

@@ -20,13 +20,12 @@ __all__ = ["certified_members", "check_certified_roster", "check_own_draw"]
 
 def certified_members(
     membership: SignedMembership | None, consortium_key: str | None, study: str,
-    config: StudyConfig, now: datetime, floor: tuple[int, str] = (0, ""),
+    config: StudyConfig, now: datetime, floor: int = 0,
 ) -> MembershipBody:
     """The consortium's membership certificate verified under the pinned key; refused
     (before anything is read, drawn or charged) without a pinned key or a certificate, and
-    when it is older than ``floor`` (the highest version this member verified, and its
-    digest) or another certificate of that version: once a member has seen a rotation, the
-    rotated-out key stops at once for it."""
+    when its version is below ``floor`` (the highest version this member verified): once a
+    member has seen a rotation, the rotated-out key stops at once for it."""
     if consortium_key is None:
         raise ConfigError(
             "no consortium key is pinned: secure rounds run only with members certified by "
@@ -39,13 +38,11 @@ def certified_members(
     assert config.aggregation is not None
     body = verify_membership(membership, raw_ed25519(consortium_key), study=study,
                              params=config.aggregation, now=now)
-    version, digest = floor
-    if body.version < version or (body.version == version and membership.digest() != digest):
+    if body.version < floor:
         raise RoundRefused(
-            f"membership certificate v{body.version} is older than v{version}, which this "
-            f"member already verified for {study!r} (or another certificate of that version): "
-            "a replayed certificate could bring back a revoked key; refused before anything "
-            "was read")
+            f"membership certificate v{body.version} is older than v{floor}, which this "
+            f"member already verified for {study!r}: a replayed certificate could bring back "
+            "a revoked key; refused before anything was read")
     return body
 
 
@@ -68,7 +65,7 @@ def check_own_draw(st: RoundState, ref: RoundRef, me: str, key: str, last: int |
 def check_certified_roster(
     st: RoundState, advert: bytes, ref: RoundRef, *, me: str, consortium_key: str | None,
     config: StudyConfig, last_draw: int | None = None,
-    certificate_floor: tuple[int, str] = (0, ""), **fixed: Any
+    certificate_floor: int = 0, **fixed: Any
 ) -> proto.VerifiedRoster:
     """The roster of ``st`` checked by :func:`common.secagg.participant.check_roster`
     against the membership certificate served with it, and in a study whose masking graph
@@ -76,7 +73,7 @@ def check_certified_roster(
     (:func:`common.secagg.beacon.verify_beacon`: missing, invalid or above the attempt cap is
     refused before anything is read) and the member's own draw count (:func:`check_own_draw`,
     ``last_draw``: ``c_last`` when it is about to mask); ``certificate_floor``: the highest
-    certificate version (and its digest) this member verified (:func:`certified_members`)."""
+    certificate version this member verified (:func:`certified_members`)."""
     assert st.roster is not None and config.aggregation is not None
     certified = certified_members(st.membership, consortium_key, ref.study_id, config,
                                   datetime.now(UTC), certificate_floor)

@@ -96,7 +96,7 @@ masked under (common.secagg.draws; 0 before its first)."""
 
 CERTIFICATE = "membership-version"
 """In the study's state directory: the highest membership-certificate version this member
-verified, and that certificate's digest (``VERSION DIGEST``)."""
+verified (0 before the first)."""
 
 
 def last_draw(study_dir: Path) -> int:
@@ -110,21 +110,18 @@ def record_draw(study_dir: Path, count: int) -> None:
     write_private(study_dir / DRAW, str(max(count, last_draw(study_dir))).encode())
 
 
-def certificate_floor(study_dir: Path) -> tuple[int, str]:
-    """The highest certificate version this member verified in the study and its digest
-    ((0, "") before the first): a lower version, or another certificate of that version, is
-    refused (a replayed certificate would bring back a rotated-out key)."""
+def certificate_floor(study_dir: Path) -> int:
+    """The highest certificate version this member verified in the study (0 before the
+    first): a lower one is refused (a replayed certificate would bring back a rotated-out
+    key)."""
     path = study_dir / CERTIFICATE
-    if not path.exists():
-        return 0, ""
-    version, digest = path.read_text().split()
-    return int(version), digest
+    return int(path.read_text()) if path.exists() else 0
 
 
-def record_certificate(study_dir: Path, version: int, digest: str) -> None:
-    """Store (fsync) a verified certificate's version and digest; never lowered."""
-    if version > certificate_floor(study_dir)[0]:
-        write_private(study_dir / CERTIFICATE, f"{version} {digest}".encode())
+def record_certificate(study_dir: Path, version: int) -> None:
+    """Store (fsync) a verified certificate's version; never lowered."""
+    if version > certificate_floor(study_dir):
+        write_private(study_dir / CERTIFICATE, str(version).encode())
 
 
 def identity_key(agent: Agent) -> Ed25519PrivateKey:

@@ -93,12 +93,13 @@ def current_round(agent: Agent, study: str) -> RoundState | None:
 
 @dataclass
 class Held:
-    """What a member already read: rosters (digest -> roster and its neighbours' adverts)
-    and the membership certificate (kept in the study's state directory across rounds; it is
-    verified under the pinned consortium key every time it is used)."""
+    """What a member already read: rosters (digest -> the roster with what comes with it:
+    its neighbours' adverts, and in a beacon study the beacon signature and the member's own
+    draw statement) and the membership certificate (kept in the study's state directory across
+    rounds; it is verified under the pinned consortium key every time it is used)."""
 
     path: Path
-    rosters: dict[str, tuple[SignedMessage, str]] = field(default_factory=dict)
+    rosters: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def membership(self) -> SignedMembership | None:
         if not self.path.exists():
@@ -132,10 +133,10 @@ def _state(client: CoordinatorClient, study: str, held: Held | None = None,
     elif st.roster_digest is not None and certificate is not None:
         st = st.model_copy(update={"membership": certificate})
     if st.roster is not None:
-        held.rosters[st.roster.digest()] = (st.roster, st.adverts)
+        held.rosters[st.roster.digest()] = {
+            "roster": st.roster, "adverts": st.adverts, "beacon": st.beacon, "draw": st.draw}
     elif st.roster_digest in held.rosters:
-        roster, adverts = held.rosters[st.roster_digest]
-        st = st.model_copy(update={"roster": roster, "adverts": adverts})
+        st = st.model_copy(update=held.rosters[st.roster_digest])
     return st
 
 
@@ -212,7 +213,7 @@ def run_secure_round(
                 config_digest=signed.digest(), modulus_bits=k, consortium_key=me.consortium_key,
                 config=config, certificate_floor=certificate_floor(study_dir), **draw)
             assert st.membership is not None
-            record_certificate(study_dir, st.membership.body().version, st.membership.digest())
+            record_certificate(study_dir, st.membership.body().version)
             return roster
 
         rounds_dir = study_dir / "rounds"

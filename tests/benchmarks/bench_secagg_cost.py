@@ -58,10 +58,11 @@ from common.secagg import view  # noqa: E402
 from common.secagg.answers import answer_recover, answer_unmask  # noqa: E402
 from common.secagg.beacon import sign_beacon, verify_beacon  # noqa: E402
 from common.secagg.draws import sign_draw, verify_draw  # noqa: E402
-from common.secagg.graph import disconnect_bound  # noqa: E402
+from common.secagg.graph import graph_delta  # noqa: E402
 from common.secagg.messages import RoundRef, b64d, b64e  # noqa: E402
 from common.secagg.params import AggregationParams, modulus_bits  # noqa: E402
 from common.secagg.schemas import BeaconDraw, RoundState  # noqa: E402
+from common.secagg.wire import WIRE  # noqa: E402
 
 EPS = Decimal("0.1")
 TARGETS = {100: (30, 150, 2.0), 1000: (60, 2000, 3.0), 10_000: (100, 30_000, 4.0)}
@@ -87,9 +88,9 @@ def _independent(m: int, cells: int) -> tuple[float, int]:
 
 def _state(n: int, me: str, status: str, **fields: object) -> int:
     """Bytes of a member's round state as the coordinator serves it: compact (defaults, the
-    roster digest and the signed fields the member knows left out: common.secagg.view)."""
-    base = dict(round=1, attempt=1, status=status, expected=[me], cohort=n, masked=n,
-                survivors=0 if status == "masking" else n)
+    roster digest, the signed fields the member knows and, until the round is over, the
+    counts left out: common.secagg.view, coordinator.services.secagg_views)."""
+    base = dict(round=1, attempt=1, status=status, expected=[me], wire=WIRE)
     for signed in ("roster", "request"):
         if fields.get(signed) is not None:
             fields[signed] = view.compact(fields[signed])  # type: ignore[arg-type]
@@ -100,16 +101,16 @@ def _state(n: int, me: str, status: str, **fields: object) -> int:
 def _bytes(me: str, n: int, signed, sroster, adverts, uploads, request, answers, beacon,
            draws, recover=None, inbox=None, shares=None) -> tuple[int, int]:
     """(sent, read) of ``me``: its frames, and one read of each round state it needs (in a
-    beacon study each carries the beacon signature and ``me``'s own draw statement)."""
+    beacon study the state with the roster carries the beacon signature and ``me``'s own draw
+    statement; later states leave them out with the roster, which ``me`` holds)."""
     sent = len(adverts[me]) + len(uploads[me]) + len(answers[me])
-    own = dict(beacon=beacon, draw=draws.get(me))
-    read = (_state(n, me, "masking", roster=signed, **own,
+    read = (_state(n, me, "masking", roster=signed, beacon=beacon, draw=draws.get(me),
                    adverts=s.neighbour_adverts(sroster, me, adverts), done=["advert"])
-            + _state(n, me, "unmask", request=request, **own,
+            + _state(n, me, "unmask", request=request,
                      acks=s.neighbour_acks(sroster, me, uploads), done=["advert", "masked"]))
     if shares is not None:
         sent += len(shares)
-        read += _state(n, me, "recover", request=recover, **own,
+        read += _state(n, me, "recover", request=recover,
                        inbox=inbox, done=["advert", "masked", "unmask"])
     return sent, read
 
@@ -208,7 +209,7 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
     plain = sum(_bytes(other, *common))
     return {"plain": plain, "n": n, "k": k, "d": d, "t": t, "degree": again.graph.degree,
             "threshold": params.threshold,
-            "bound": float(disconnect_bound(n - d, t, params.degree)), "lost": len(lost),
+            "bound": float(graph_delta(n, d, t)), "lost": len(lost),
             "cpu": sum(cpu.values()), "reveal": reveal, "sent": sent, "read": read,
             "cpu_parts": cpu, "certificate": 90 * n}
 
@@ -234,7 +235,8 @@ def main() -> None:
           f"{args.dropouts:.0%} of the members lost after masking)\n")
     print(f"independent release (same run): participant CPU {ind_cpu * 1000:.1f} ms, "
           f"{ind_bytes} bytes sent\n")
-    print("| n | degree k (t) | P(honest graph disconnected) per roster | participant CPU "
+    print("| n | degree k (t) | failure bound per graph (disconnected, or t in reach) | "
+          "participant CPU "
           "(target) | coordinator check + reveal (target) | bytes sent + read vs independent "
           "(target): a member | a lost member's neighbour |")
     print("|---|---|---|---|---|---|---|")

@@ -20,9 +20,11 @@ from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import CoordinatorUnavailable, SignatureInvalid
 from common.secagg import participant as proto
 from common.secagg import server
-from common.secagg.messages import RoundRef, b64d, b64e
+from common.secagg.messages import RosterBody, RoundRef, RoundRefused, b64d, b64e, sign_message
 from common.secagg.params import AggregationParams
+from common.secagg.roster import VerifiedRoster
 from common.secagg.schemas import RoundState
+from common.secagg.wire import WIRE
 from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant.agent import Agent, DataOptions
 from participant.cli.commands import pin_consortium_key
@@ -101,7 +103,7 @@ class RoundCoordinator:
             membership=SignedMembership(**self.certify()) if self.roster else None,
             request=self.request, done=self.done,
             adverts=self._served(server.neighbour_adverts, self.adverts),
-            acks=self._served(server.neighbour_acks, self.masked),
+            acks=self._served(server.neighbour_acks, self.masked), wire=WIRE,
         )
         return st.model_dump_json()
 
@@ -275,3 +277,58 @@ def test_a_member_gives_up_after_wait_seconds_without_an_answer(tmp_path):
         run_secure_round(agent, "s1", _data(tmp_path, 200), DataOptions(),
                          noise_share=_zero_share, send_slot=SLOT, wait=300.0)
     assert 300.0 < clock.now - start < 600.0
+
+
+class SplitViewCoordinator(RoundCoordinator):
+    """``how = "digest"``: the roster's advert digest is ground (a free value, not the
+    digest of the adverts); ``how = "peers"``: h0 gets the true roster, but the peers masked
+    under another roster of the same attempt (a split view)."""
+
+    def __init__(self, clock: Clock, how: str) -> None:
+        super().__init__(clock)
+        self.how = how
+
+    def _served(self, pack, items: dict[str, bytes]) -> str:
+        """As the coordinator serves them, with the ground digest not checked."""
+        if not items:
+            return ""
+        body = RosterBody.model_validate_json(self.roster.payload)
+        names = sorted(self.adverts)
+        return pack(VerifiedRoster(body, self.roster.digest(), names, {}), "h0", items)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        response = super().__call__(request)
+        path = request.url.path
+        if path.endswith("/keys") and self.how == "digest":
+            body = RosterBody.model_validate_json(self.roster.payload)
+            self.roster = sign_message("roster", body.model_copy(
+                update={"adverts_digest": "ee" * 32}), self.key)
+        if path.endswith("/masked") and self.how == "peers":
+            true = server.roster_of(self.roster, self.key.public_key(), self.adverts,
+                                    self._identities())
+            other = VerifiedRoster(true.body, "ee" * 32, true.names, true.members)
+            for n in PEERS:
+                self.masked[n] = proto.mask_upload(
+                    other, me=n, identity=self.peers[n], secrets=self.secrets[n],
+                    noisy=np.zeros(self.config.secure_cells, dtype=np.int64))
+        return response
+
+
+@pytest.mark.parametrize(("how", "match", "masked"), [
+    ("digest", "advert digest is not the digest of the adverts", False),
+    ("peers", "did not acknowledge the roster", True),
+])
+def test_a_split_view_is_refused_by_the_real_agent(tmp_path, how, match, masked):
+    """The real agent against a coordinator that grinds the roster's advert digest (refused
+    before any data is read) or shows the peers another roster (the acknowledgements do not
+    check: no unmask answer leaves, so the vector it masked is never unmasked)."""
+    clock = Clock()
+    coord = SplitViewCoordinator(clock, how)
+    agent = _agent(coord, clock, tmp_path)
+    with pytest.raises(RoundRefused, match=match):
+        run_secure_round(agent, "s1", _data(tmp_path, 200), DataOptions(),
+                         noise_share=_zero_share, send_slot=SLOT)
+    paths = [path for _, path, _ in coord.transcript]
+    assert any(path.endswith("/masked") for path in paths) == masked
+    assert not any(path.endswith("/unmask") for path in paths)
+    assert bool(list((tmp_path / "state").rglob("noisy.npy"))) == masked

@@ -142,9 +142,9 @@ FRAME_DOC = {
         "little-endian), attempt (2), body, Ed25519 signature (64) over a context that also "
         "binds study, sender and (masked, unmask) the roster digest. Bodies: keys = X25519 key "
         "(32) + SHA-256 of the self-mask seed (32); masked = words packed to k bits + one "
-        "32-byte sealed share per graph neighbour (by name; common/secagg/graph.py) + the "
-        "64-byte roster "
-        "acknowledgement (common.secagg.wire.sign_ack); unmask = the 16-byte "
+        "32-byte sealed share per graph neighbour (by name; common/secagg/graph.py) + one "
+        "16-byte roster acknowledgement per graph neighbour, in the same order "
+        "(common.secagg.wire.ack_tag); unmask = the 16-byte "
         "self-mask seed; shares = 16 bytes per lost graph neighbour, in name order. Each "
         "length is exact: a truncated or padded frame is 422, a longer "
         "one 413, a tampered one 422, one of another round or attempt 409.",
