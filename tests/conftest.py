@@ -26,16 +26,9 @@ _hypothesis_settings.load_profile("fedod")
 SLOW_FOLDERS = ("integration", "browser")
 SLOW_FIXTURES = {"participant_coordinator", "own_participant_coordinator", "recording_proxy",
                  "coordinator_server", "browser", "scheduler", "adversary"}
-SLOW_TESTS = (
-    "tests/common/test_secagg_large_cohort.py",  # a 300-member round
-    "tests/common/test_secagg_graph.py::test_shamir_in_gf_2_128_takes_indices_past_255",
-    "tests/coordinator/test_rounds_beacon.py",  # a 40-member secure round per test
-)
-
-
 def _is_slow(item) -> bool:
     folder = item.path.relative_to(_Path(__file__).parent).parts[0]
-    return (folder in SLOW_FOLDERS or item.nodeid.startswith(SLOW_TESTS)
+    return (folder in SLOW_FOLDERS
             or item.get_closest_marker("postgres") is not None
             or bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))))
 

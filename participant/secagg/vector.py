@@ -16,9 +16,9 @@ from numpy.typing import NDArray
 from common.config import StudyConfig
 from common.secagg.vector import NoiseShare, noisy_secure_vector
 from participant.agent import Agent
+from participant.data.counts import empty_counts, exact_histograms
 from participant.options import DataOptions
 from participant.release.contribute import ReleaseSubstituted
-from participant.release.counts import empty_counts, exact_histograms
 from participant.release.flow import Charge, charged_release, or_noise_only
 from participant.secagg.files import SUBSTITUTE, RoundFiles
 

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "participant"))
 
-from test_contribute import FakeCoordinator  # noqa: E402
+from release_kit import FakeCoordinator  # noqa: E402
 
 from common.config import GridParams, PrivacyParams, new_study_config  # noqa: E402
 from common.signing import key_fingerprint, sign_config  # noqa: E402

@@ -11,7 +11,6 @@ import pytest
 from dashboard_kit import chart_points, login, running
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-_login = login  # test_dashboard_rounds imports it from here
 
 
 def populate(server, coord_kit):

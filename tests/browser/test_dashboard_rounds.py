@@ -7,9 +7,9 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import pytest
+from dashboard_kit import login
 from secagg_honest import honest_vector
 from secagg_http import Env, Hospital, Member
-from test_dashboard_pages import _login
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -62,7 +62,7 @@ def test_rounds_table_shows_every_attempt_as_the_api_reports_it(browser, artifac
 
     server = coordinator_server(f"sqlite:///{tmp_path / 'c.db'}", workers=1)
     rounds = drive_rounds(server, coord_kit)
-    _login(browser, server)
+    login(browser, server)
 
     rows = browser.find_elements(By.CSS_SELECTOR, "#rounds tbody tr")
     shown = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]

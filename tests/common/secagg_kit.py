@@ -190,3 +190,17 @@ class Cohort:
                 for name in s.helpers(roster, set(names), missing)
             }
         return s.reveal_sum(roster, accepted, seeds, shares)
+
+
+def max_log_ratio(a: np.ndarray, b: np.ndarray, min_count: int = 400) -> tuple[float, float]:
+    """Largest |log P_a(v)/P_b(v)| over values seen >= min_count times in both, and its
+    5-sigma statistical allowance."""
+    lo, hi = min(a.min(), b.min()), max(a.max(), b.max())
+    ca = np.bincount(a - lo, minlength=hi - lo + 1)
+    cb = np.bincount(b - lo, minlength=hi - lo + 1)
+    ok = (ca >= min_count) & (cb >= min_count)
+    assert ok.sum() >= 3
+    ratios = np.abs(np.log(ca[ok] / cb[ok]))
+    slack = 5 * np.sqrt(1 / ca[ok] + 1 / cb[ok])
+    worst = int(np.argmax(ratios - slack))
+    return float(ratios[worst]), float(slack[worst])

@@ -172,6 +172,7 @@ def test_the_defaults_of_a_thousand_members_are_sparse():
     assert G * graph_failure(950, 50, 20, 14) > Fraction(1, 2**40)
 
 
+@pytest.mark.slow
 def test_shamir_in_gf_2_128_takes_indices_past_255():
     seed = bytes(range(16))
     shares = split_seed(seed, 300, 1000)

@@ -4,11 +4,14 @@ self seed from the other members' shares."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from secagg_kit import Cohort
 
 from common.secagg import server as s
 from common.secagg.params import AggregationParams
 from common.secagg.shares import MAX_HOLDERS
+
+pytestmark = pytest.mark.slow  # a 300-member round
 
 
 def test_the_share_bound_is_the_config_bound():

@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
-from secagg_kit import Cohort
+from secagg_kit import Cohort, max_log_ratio
 
 from common.noise import sample_noise_share
 
@@ -40,22 +40,8 @@ def _observed(extra: int, share_h: int) -> np.ndarray:
     return total - vectors[names[0]]  # the colluder removes its own vector
 
 
-def _max_log_ratio(a: np.ndarray, b: np.ndarray, min_count: int = 400) -> tuple[float, float]:
-    """Largest |log P_a(v)/P_b(v)| over values seen >= min_count times in both, and its
-    5-sigma statistical allowance."""
-    lo, hi = min(a.min(), b.min()), max(a.max(), b.max())
-    ca = np.bincount(a - lo, minlength=hi - lo + 1)
-    cb = np.bincount(b - lo, minlength=hi - lo + 1)
-    ok = (ca >= min_count) & (cb >= min_count)
-    assert ok.sum() >= 3
-    ratios = np.abs(np.log(ca[ok] / cb[ok]))
-    slack = 5 * np.sqrt(1 / ca[ok] + 1 / cb[ok])
-    worst = int(np.argmax(ratios - slack))
-    return float(ratios[worst]), float(slack[worst])
-
-
 def test_secure_release_is_epsilon_dp_on_neighbouring_datasets():
-    ratio, slack = _max_log_ratio(_observed(0, 2), _observed(1, 2))
+    ratio, slack = max_log_ratio(_observed(0, 2), _observed(1, 2))
     assert ratio <= float(EPS) + slack, (ratio, slack)
     assert ratio >= 0.5 * float(EPS)  # the test sees the mechanism's actual ratio
 
@@ -63,6 +49,6 @@ def test_secure_release_is_epsilon_dp_on_neighbouring_datasets():
 @pytest.mark.parametrize("share_h", [4])
 def test_a_mis_sized_share_is_caught(share_h):
     """Shares sized for 4 honest members when only 2 remain carry half a Laplace."""
-    ratio, slack = _max_log_ratio(_observed(0, share_h), _observed(1, share_h))
+    ratio, slack = max_log_ratio(_observed(0, share_h), _observed(1, share_h))
     assert ratio > float(EPS) + slack, (ratio, slack)
     assert math.isfinite(ratio)

@@ -17,6 +17,8 @@ from common.secagg.beacon import sign_beacon
 from common.secagg.draws import BEACON_DRAWS, sign_draw
 from common.secagg.messages import RoundRef, SignedMessage, b64e
 
+pytestmark = pytest.mark.slow  # a 40-member secure round per test
+
 N, D, T = 40, 4, 2  # a small sparse cohort (k = 4, t = 3): it needs the beacon
 
 

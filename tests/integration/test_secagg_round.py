@@ -292,12 +292,12 @@ FIFTY = {"mode": "secure", "cohort_size": 50, "max_dropouts": 5, "max_colluders"
 
 @pytest.mark.timeout(3600)  # a hang guard: fifty processes on two shared cores are slow
 def test_fifty_members_five_killed_after_masking(big_cohort):
-    """50 ``fedod-participant round`` processes on loopback (D = T = 5: a complete masking
-    graph; with five colluders sparse graphs start at 70 members; the sparse path with real
-    processes is tests/integration/test_beacon_round.py). One member posts its keys and leaves, so the
-    round cannot pass the masking phase until it returns; once the coordinator has recorded
-    the other 49 masked vectors, five of them are SIGKILLed. The returning member masks, the
-    44 other survivors answer the unmask request, the admin declares the five lost, and the
+    """50 ``fedod-participant round`` processes on loopback (D = T = 5: a complete masking graph;
+    with five colluders sparse graphs start at 70 members; the sparse path with real processes
+    is tests/integration/test_beacon_round.py). One member posts its keys and leaves, so the
+    round cannot pass the masking phase until it returns; once the coordinator has recorded the
+    other 49 masked vectors, five of them are SIGKILLed. The returning member masks, the 44
+    other survivors answer the unmask request, the admin declares the five lost, and the
     survivors send shares of their seeds (t = T + D + 1 = 11 of them suffice). The model is
     exactly the sum of the 50 noisy vectors (the five lost ones masked, so theirs are in it);
     every ledger holds one charge."""
