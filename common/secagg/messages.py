@@ -8,12 +8,13 @@ their long-term identity key (registered at enrolment); the coordinator signs ro
 requests with its config key. Every body names study, round and attempt, so a message replayed
 into another round or attempt is refused by :func:`open_message`'s caller.
 
-    advert    participant -> all   (frame) X25519 key of the attempt, commitment to b_u
+    advert    participant -> all   (frame) X25519 key of the attempt
     roster    coordinator -> all   who is in (a bitmap over the certified members), a digest of
                                    their adverts, k, degree, threshold; the masking graph follows
                                    from its digest, and each member is served its neighbours'
                                    advert frames beside it
-    masked    participant -> coord (frame) masked words + b_u's shares sealed for each holder
+    masked    participant -> coord (frame) masked words, commitment to b_u, b_u's shares sealed
+                                   for each holder, roster acknowledgements
     request   coordinator -> all   "every roster vector is in: unmask" (with each member's
                                    neighbours' roster acknowledgements beside it)
     unmask    participant -> coord (frame) its own self-mask seed b_u
@@ -111,7 +112,6 @@ class AdvertBody(RoundRef):
         description="Raw X25519 public key of this attempt (pairwise mask seeds and the keys "
         "sealing seed shares, under separate HKDF labels)."
     )
-    seed_commitment: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of b_u.")
 
 
 class RosterBody(RoundRef):

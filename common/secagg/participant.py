@@ -11,6 +11,8 @@ participant's noisy vector was unmasked in one.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
@@ -35,10 +37,17 @@ from common.secagg.roster import (
     unpack_for,
 )
 from common.secagg.shares import seal_share, split_seed
-from common.secagg.wire import ack_tag, frame_header, make_advert_frame, sign_frame
+from common.secagg.wire import (
+    ADVERT_BYTES,
+    SIGNATURE_BYTES,
+    ack_tag,
+    frame_header,
+    make_advert_frame,
+    sign_frame,
+)
 
-ADVERT_TAIL = 128
-"""An advert frame without its header: X25519 key, seed commitment, signature."""
+ADVERT_TAIL = ADVERT_BYTES + SIGNATURE_BYTES
+"""An advert frame without its header: X25519 key, signature."""
 
 __all__ = [
     "RoundSecrets",
@@ -55,8 +64,8 @@ __all__ = [
 def make_advert(
     ref: RoundRef, name: str, identity: Ed25519PrivateKey, secrets: RoundSecrets
 ) -> bytes:
-    """The advert frame: this attempt's X25519 key and a commitment to b_u (deterministic)."""
-    return make_advert_frame(ref, name, identity, raw_public(secrets.round_key), secrets.self_seed)
+    """The advert frame: this attempt's X25519 key (deterministic)."""
+    return make_advert_frame(ref, name, identity, raw_public(secrets.round_key))
 
 
 def same_ref(body: RoundRef, ref: RoundRef, what: str) -> None:
@@ -195,5 +204,6 @@ def mask_upload(
         ack_tag(ack_key(secrets.round_key, roster.members[name], mine, body.round_id,
                         roster.digest), body, me, name, roster.digest)
         for name in holders)
-    return sign_frame("masked", body, me, pack_words(words, k) + sealed + acks, identity,
-                      roster.digest)
+    commitment = hashlib.sha256(secrets.self_seed).digest()
+    return sign_frame("masked", body, me, pack_words(words, k) + commitment + sealed + acks,
+                      identity, roster.digest)

@@ -14,6 +14,7 @@ from common.secagg.graph import MaskingGraph
 from common.secagg.messages import AdvertBody, RosterBody, RoundRefused, b64d, b64e
 from common.secagg.wire import (
     ACK_TAG_BYTES,
+    COMMITMENT_BYTES,
     HEADER_BYTES,
     SEALED_SHARE_BYTES,
     SIGNATURE_BYTES,
@@ -50,9 +51,9 @@ class VerifiedRoster:
         return self.graph.share_index(owner, holder)
 
     def shares_size(self) -> int:
-        """Bytes after the masked words: sealed shares, then the roster acknowledgements
-        (one per graph neighbour each)."""
-        return (SEALED_SHARE_BYTES + ACK_TAG_BYTES) * self.graph.degree
+        """Bytes after the masked words: the seed commitment, the sealed shares, then the
+        roster acknowledgements (one per graph neighbour each)."""
+        return COMMITMENT_BYTES + (SEALED_SHARE_BYTES + ACK_TAG_BYTES) * self.graph.degree
 
 
 def to_bitmap(universe: list[str], names: list[str]) -> str:
@@ -92,7 +93,7 @@ def parse_advert(frame: bytes, *, ref: RosterBody, sender: str, identity: str) -
     """An advert frame's fields, its signature not checked again."""
     body = frame[HEADER_BYTES:-SIGNATURE_BYTES]
     return AdvertBody(**ref.ref().model_dump(), participant=sender, identity_key=identity,
-                      round_key=b64e(body[:32]), seed_commitment=body[32:].hex())
+                      round_key=b64e(body))
 
 
 def pack_for(roster: VerifiedRoster, me: str, items: dict[str, bytes], skip: int = 0) -> str:

@@ -48,6 +48,7 @@ from common.secagg.roster import (
 from common.secagg.shares import combine_seed
 from common.secagg.wire import (
     ACK_TAG_BYTES,
+    COMMITMENT_BYTES,
     HEADER_BYTES,
     SEALED_SHARE_BYTES,
     SIGNATURE_BYTES,
@@ -61,6 +62,7 @@ __all__ = [
     "roster_of",
     "accept_masked",
     "sealed_share",
+    "commitment_of",
     "build_request",
     "neighbour_acks",
     "neighbour_adverts",
@@ -146,10 +148,16 @@ def accept_masked(
         raise RoundRefused(f"masked vector: {exc}") from exc
 
 
+def commitment_of(frame: bytes, roster: VerifiedRoster, n_cells: int) -> bytes:
+    """The seed commitment (SHA-256 of b_u) in an accepted masked frame."""
+    start = HEADER_BYTES + _words_size(n_cells, roster.body.modulus_bits)
+    return frame[start : start + COMMITMENT_BYTES]
+
+
 def sealed_share(frame: bytes, roster: VerifiedRoster, *, owner: str, holder: str,
                  n_cells: int) -> bytes:
     """The share of ``owner``'s seed sealed for ``holder`` in ``owner``'s accepted frame."""
-    start = HEADER_BYTES + _words_size(n_cells, roster.body.modulus_bits)
+    start = HEADER_BYTES + _words_size(n_cells, roster.body.modulus_bits) + COMMITMENT_BYTES
     at = start + SEALED_SHARE_BYTES * roster.holders(owner).index(holder)
     return frame[at : at + SEALED_SHARE_BYTES]
 
@@ -180,7 +188,7 @@ def neighbour_acks(roster: VerifiedRoster, me: str, masked: dict[str, bytes]) ->
 
 def neighbour_adverts(roster: VerifiedRoster, me: str, adverts: dict[str, bytes]) -> str:
     """``me``'s graph neighbours' advert frames, packed in neighbour order, headers left out
-    (128 bytes each: X25519 key, seed commitment, signature)."""
+    (96 bytes each: X25519 key, signature)."""
     return pack_for(roster, me, adverts, HEADER_BYTES)
 
 
@@ -188,13 +196,13 @@ def _for(roster: VerifiedRoster) -> dict[str, Any]:
     return {**roster.body.ref().model_dump(), "roster_digest": roster.digest}
 
 
-def accept_unmask(
-    frame: bytes, roster: VerifiedRoster, *, name: str, identity: Ed25519PublicKey
-) -> bytes:
-    """``name``'s self seed b_u, checked against the commitment in its advert."""
+def accept_unmask(frame: bytes, roster: VerifiedRoster, *, name: str,
+                  identity: Ed25519PublicKey, commitment: bytes) -> bytes:
+    """``name``'s self seed b_u, checked against the commitment in its masked frame
+    (:func:`commitment_of`)."""
     seed = open_frame(frame, "unmask", SELF_SEED_BYTES, ref=roster.body, sender=name,
                       key=identity, roster_digest=roster.digest)
-    if hashlib.sha256(seed).hexdigest() != roster.members[name].seed_commitment:
+    if hashlib.sha256(seed).digest() != commitment:
         raise RoundRefused("unmask answer: self seed does not match the committed one")
     return seed
 
@@ -242,7 +250,7 @@ def unrecoverable(roster: VerifiedRoster, answered: set[str], missing: list[str]
 
 def _seed_of(
     name: str, roster: VerifiedRoster, seeds: dict[str, bytes],
-    shares: dict[str, dict[str, bytes]]
+    shares: dict[str, dict[str, bytes]], commitments: dict[str, bytes]
 ) -> bytes:
     if name in seeds:
         return seeds[name]
@@ -253,7 +261,7 @@ def _seed_of(
         seed = combine_seed(held, roster.body.threshold)
     except ValueError as exc:
         raise RoundRefused(f"cannot recover {name}'s self mask: {exc}") from exc
-    if hashlib.sha256(seed).hexdigest() != roster.members[name].seed_commitment:
+    if hashlib.sha256(seed).digest() != commitments.get(name):
         raise RoundRefused(f"recovered self seed of {name} does not match its commitment")
     return seed
 
@@ -263,10 +271,12 @@ def reveal_sum(
     masked: dict[str, U64],
     seeds: dict[str, bytes],
     shares: dict[str, dict[str, bytes]] | None = None,
+    commitments: dict[str, bytes] | None = None,
 ) -> NDArray[np.int64]:
     """The cohort's sum, from every member's masked words, the self seeds of those that
     answered, and, for each member lost after masking, at least ``threshold`` shares of its
-    seed from its graph neighbours."""
+    seed from its graph neighbours, checked against its commitment (``commitments``: name ->
+    :func:`commitment_of` its masked frame)."""
     if sorted(masked) != roster.names:
         raise RoundRefused("every roster member's masked vector is needed to reveal a sum")
     k = roster.body.modulus_bits
@@ -275,6 +285,6 @@ def reveal_sum(
     total = np.zeros(n, dtype=np.uint64)
     for name in roster.names:
         total = (total + masked[name]) & mask
-        seed = _seed_of(name, roster, seeds, shares or {})
+        seed = _seed_of(name, roster, seeds, shares or {}, commitments or {})
         total = (total - keystream_words(self_mask_key(seed), n, k)) & mask
     return from_words(total, k)

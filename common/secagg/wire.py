@@ -13,8 +13,11 @@ roster, or passed off as another member's, therefore does not verify. Each kind 
 body length for a given round (fixed by the signed config and the roster), so parsing is exact:
 a truncated, padded or oversized frame is refused before its signature is checked.
 
-    advert  X25519 round key (32) | SHA-256 of the self-mask seed b_u (32)
-    masked  masked words packed to k bits (ceil(cells * k / 8)) | b_u's Shamir share sealed for
+    advert  X25519 round key (32)
+    masked  masked words packed to k bits (ceil(cells * k / 8)) | SHA-256 of the self-mask seed
+            b_u (32: the commitment its unmask answer and recovered seed are checked against;
+            in the masked frame, not the advert, so that members reading their neighbours'
+            adverts do not read it) | b_u's Shamir share sealed for
             each other member (32: AES-SIV tag + 16 bytes; roster order; the share's index is
             the holder's roster position + 1, so it is not sent)
             | the member's acknowledgement of the roster to each graph neighbour (16 bytes
@@ -61,6 +64,8 @@ __all__ = [
     "frame_digest",
     "frame_header",
     "ACK_TAG_BYTES",
+    "ADVERT_BYTES",
+    "COMMITMENT_BYTES",
     "ack_tag",
     "check_ack_tag",
     "WIRE",
@@ -79,6 +84,8 @@ HEADER_BYTES = _HEADER.size
 SIGNATURE_BYTES = 64
 SEALED_SHARE_BYTES = 32
 ACK_TAG_BYTES = 16
+ADVERT_BYTES = 32  # an advert's body: the attempt's X25519 key
+COMMITMENT_BYTES = 32  # SHA-256 of the self-mask seed, after the masked words
 OCTET_STREAM = "application/octet-stream"
 
 
@@ -194,11 +201,9 @@ def check_ack_tag(tag: bytes, key: bytes, ref: RoundRef, sender: str, recipient:
     return hmac.compare_digest(tag, ack_tag(key, ref, sender, recipient, roster_digest))
 
 
-def make_advert_frame(
-    ref: RoundRef, sender: str, identity: Ed25519PrivateKey, round_key: bytes, self_seed: bytes
-) -> bytes:
-    body = round_key + hashlib.sha256(self_seed).digest()
-    return sign_frame("advert", ref, sender, body, identity)
+def make_advert_frame(ref: RoundRef, sender: str, identity: Ed25519PrivateKey, round_key: bytes
+                      ) -> bytes:
+    return sign_frame("advert", ref, sender, round_key, identity)
 
 
 def open_advert(frame: bytes, *, ref: RoundRef, sender: str, identity: bytes) -> AdvertBody:
@@ -207,11 +212,6 @@ def open_advert(frame: bytes, *, ref: RoundRef, sender: str, identity: bytes) ->
         key = Ed25519PublicKey.from_public_bytes(identity)
     except ValueError as exc:
         raise SignatureInvalid(f"identity key of {sender} is not an Ed25519 key") from exc
-    body = open_frame(frame, "advert", 64, ref=ref, sender=sender, key=key)
-    return AdvertBody(
-        **ref.ref().model_dump(),
-        participant=sender,
-        identity_key=b64e(identity),
-        round_key=b64e(body[:32]),
-        seed_commitment=body[32:].hex(),
-    )
+    body = open_frame(frame, "advert", ADVERT_BYTES, ref=ref, sender=sender, key=key)
+    return AdvertBody(**ref.ref().model_dump(), participant=sender,
+                      identity_key=b64e(identity), round_key=b64e(body))

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from common.errors import Conflict, NotFound
 from common.secagg import server
 from common.secagg.beacon import BEACON_ATTEMPTS
-from common.secagg.messages import RoundRefused, b64e
+from common.secagg.messages import RoundRefused, b64d, b64e
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
@@ -140,8 +140,13 @@ def post_message(
         server.accept_masked(message, phases.roster_of(session, rnd, keys), name=name,
                              identity=identity, n_cells=config.secure_cells)
     elif kind == "unmask":
-        server.accept_unmask(message, phases.roster_of(session, rnd, keys), name=name,
-                             identity=identity)
+        roster = phases.roster_of(session, rnd, keys)
+        masked = store.messages(session, rnd, "masked", [name])
+        if name not in masked:
+            raise RoundRefused(f"{name!r} sent no masked vector in this attempt: no unmask taken")
+        server.accept_unmask(message, roster, name=name, identity=identity,
+                             commitment=server.commitment_of(b64d(masked[name]), roster,
+                                                             config.secure_cells))
     else:
         if name not in store.messages(session, rnd, "unmask", [name]):
             raise RoundRefused(f"{name!r} did not answer the unmask request: no shares taken")

@@ -107,8 +107,12 @@ def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, _ = secure_params(study)
     roster = roster_of(session, rnd, keys)
     who = functools.partial(store.identity_by_name, session)
+    frames = {name: b64d(frame) for name, frame in store.messages(session, rnd, "masked").items()}
+    commitments = {name: server.commitment_of(frame, roster, config.secure_cells)
+                   for name, frame in frames.items()}
     seeds = {
-        name: server.accept_unmask(b64d(frame), roster, name=name, identity=who(name))
+        name: server.accept_unmask(b64d(frame), roster, name=name, identity=who(name),
+                                   commitment=commitments[name])
         for name, frame in store.messages(session, rnd, "unmask").items()
     }
     shares = {
@@ -118,12 +122,12 @@ def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
         for name, signed in store.messages(session, rnd, "shares").items()
     }
     words = {
-        name: server.accept_masked(b64d(frame), roster, name=name, identity=who(name),
+        name: server.accept_masked(frame, roster, name=name, identity=who(name),
                                    n_cells=config.secure_cells)
-        for name, frame in store.messages(session, rnd, "masked").items()
+        for name, frame in frames.items()
     }
     try:
-        total = server.reveal_sum(roster, words, seeds, shares)
+        total = server.reveal_sum(roster, words, seeds, shares, commitments)
     except RoundRefused as exc:
         finish(session, rnd, "abandoned", exc.message)
         return

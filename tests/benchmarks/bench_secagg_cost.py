@@ -194,11 +194,13 @@ def run(n: int, m: int, drop: float, collude: float, cells: int) -> dict[str, fl
                     consortium.public_key())
     again = dataclasses.replace(s.roster_of(signed, coordinator.public_key(), adverts,
                                             identities), beacon=sroster.beacon)
-    seeds = {x: s.accept_unmask(a, again, name=x, identity=ids[x].public_key())
+    commitments = {x: s.commitment_of(up, again, cells) for x, up in uploads.items()}
+    seeds = {x: s.accept_unmask(a, again, name=x, identity=ids[x].public_key(),
+                                commitment=commitments[x])
              for x, a in answers.items()}
     shares = {h: s.accept_shares(msg, again, name=h, identity=ids[h].public_key(), missing=lost)
               for h, msg in shares_msgs.items()}
-    total = s.reveal_sum(again, words, seeds, shares)
+    total = s.reveal_sum(again, words, seeds, shares, commitments)
     reveal = time.process_time() - t0
     assert np.array_equal(total, np.sum(list(vectors.values()), axis=0)), "masks did not cancel"
 

@@ -176,6 +176,7 @@ class Cohort:
         names = responders if responders is not None else sorted(vectors)
         seeds = {
             name: s.accept_unmask(self.answer(name, request), roster, name=name,
+                                  commitment=self.commitment(name),
                                   identity=self.members[name].identity.public_key())
             for name in names
         }
@@ -189,7 +190,12 @@ class Cohort:
                                       missing=missing)
                 for name in s.helpers(roster, set(names), missing)
             }
-        return s.reveal_sum(roster, accepted, seeds, shares)
+        return s.reveal_sum(roster, accepted, seeds, shares,
+                            {n: self.commitment(n) for n in self.uploads})
+
+    def commitment(self, name: str) -> bytes:
+        """The seed commitment in ``name``'s accepted masked frame."""
+        return s.commitment_of(self.uploads[name], self.server_roster(), self.n_cells)
 
 
 def max_log_ratio(a: np.ndarray, b: np.ndarray, min_count: int = 400) -> tuple[float, float]:

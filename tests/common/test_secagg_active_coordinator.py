@@ -59,7 +59,13 @@ from common.secagg.params import AggregationParams
 from common.secagg.roster import pack_for, to_bitmap
 from common.secagg.schemas import BeaconDraw, RoundState
 from common.secagg.shares import combine_seed, open_share
-from common.secagg.wire import ACK_TAG_BYTES, HEADER_BYTES, SEALED_SHARE_BYTES, ack_tag
+from common.secagg.wire import (
+    ACK_TAG_BYTES,
+    COMMITMENT_BYTES,
+    HEADER_BYTES,
+    SEALED_SHARE_BYTES,
+    ack_tag,
+)
 from participant.secagg.checks import check_certified_roster
 
 N, K_BITS, CELLS = 10, 32, 24
@@ -186,7 +192,7 @@ def _unmasked(words: np.ndarray, seed: bytes, edge: np.ndarray) -> np.ndarray:
 def _tag_to(v: str, sender: str, frames: dict[str, bytes], views: dict, size: int) -> bytes:
     """The acknowledgement ``sender``'s masked frame (made under its own view) addresses to
     ``v``: what an honest coordinator would serve."""
-    at = (HEADER_BYTES + size + SEALED_SHARE_BYTES * views[sender].graph.degree
+    at = (HEADER_BYTES + size + COMMITMENT_BYTES + SEALED_SHARE_BYTES * views[sender].graph.degree
           + ACK_TAG_BYTES * views[sender].holders(sender).index(v))
     return frames[sender][at:at + ACK_TAG_BYTES]
 
@@ -222,7 +228,8 @@ def attack(params: AggregationParams, beacon_signs_anything: bool) -> Outcome:
     seeds: dict[str, bytes] = {}
     for v in VICTIMS:  # 3: the colluder opens the share each victim sealed for it
         holders = views[v].holders(v)
-        at = HEADER_BYTES + size + SEALED_SHARE_BYTES * holders.index(COLLUDER)
+        at = (HEADER_BYTES + size + COMMITMENT_BYTES
+              + SEALED_SHARE_BYTES * holders.index(COLLUDER))
         key = share_key(c.secrets.round_key, views[v].members[v],
                         views[v].members[COLLUDER], REF.round_id, views[v].digest)
         share = open_share(key, frames[v][at:at + SEALED_SHARE_BYTES],

@@ -44,8 +44,10 @@ def test_a_300_member_round_recovers_the_last_members_seed_from_shares_past_inde
                            identity=cohort.members[h].identity.public_key(), missing=[lost])
         for h in holders
     }
-    total = s.reveal_sum(roster, words, seeds, shares)  # the recovered seed matches its
-    assert total.shape == (cells,)  # signed commitment, or reveal_sum refuses
+    commitments = {lost: cohort.commitment(lost)}
+    total = s.reveal_sum(roster, words, seeds, shares, commitments)  # the recovered seed
+    assert total.shape == (cells,)  # matches its signed commitment, or reveal_sum refuses
     # the others' words are zeros here, so their pairwise masks do not cancel: check the
     # recovered seed directly instead of the sum
-    assert s._seed_of(lost, roster, {}, shares) == cohort.members[lost].secrets.self_seed
+    assert s._seed_of(lost, roster, {}, shares, commitments) == (
+        cohort.members[lost].secrets.self_seed)

@@ -53,7 +53,7 @@ def test_roster_refuses_an_advert_signed_by_another_key_or_altered():
     evil = cohort.members["h01"]
     genuine = evil.advert
     evil.advert = make_advert_frame(cohort.ref, "h01", Ed25519PrivateKey.generate(),
-                                    bytes(32), bytes(16))
+                                    bytes(32))
     with pytest.raises(SignatureInvalid, match="advert frame of h01: signature"):
         cohort.check("h00", cohort.publish())
     evil.advert = _flipped(genuine)  # a round key swapped by whoever relays it

@@ -92,12 +92,13 @@ def test_the_coordinator_refuses_a_signed_frame_with_bad_padding_or_a_wrong_seed
     forged = sign_frame("masked", cohort.ref, "h00", bytes(body), m.identity, roster.digest)
     with pytest.raises(RoundRefused, match="padding"):
         s.accept_masked(forged, roster, name="h00", identity=m.identity.public_key(), n_cells=3)
+    cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ("h00", "h01", "h02")}, 3)
     wrong = sign_frame("unmask", cohort.ref, "h00", bytes(16), m.identity, roster.digest)
     with pytest.raises(RoundRefused, match="does not match the committed one"):
-        s.accept_unmask(wrong, roster, name="h00", identity=m.identity.public_key())
-    cohort.accept({n: cohort.mask(n, np.ones(3)) for n in ("h00", "h01", "h02")}, 3)
+        s.accept_unmask(wrong, roster, name="h00", identity=m.identity.public_key(),
+                        commitment=cohort.commitment("h00"))
     assert len(cohort.answer("h00", cohort.request(["h00", "h01", "h02"]))) == 11 + 16 + 64
-    assert len(m.advert) == 11 + 64 + 64
+    assert len(m.advert) == 11 + 32 + 64  # the X25519 key; the seed commitment is masked
 
 
 def test_a_frame_of_the_previous_wire_version_is_refused_by_name():

@@ -68,8 +68,8 @@ def test_a_member_that_holds_the_roster_reads_the_state_without_it(client, cohor
     r = client.get(path + full.roster_digest, headers=h0.e.headers)
     assert r.status_code == 200 and "roster" not in r.json() and "adverts" not in r.json()
     assert "roster_digest" not in r.json() and len(r.content) < 2000  # the one it named
-    near = h0.roster(full, env).holders("h0")  # its neighbours' adverts only, 128 bytes each
-    assert len(base64.b85decode(full.adverts)) == 128 * len(near)
+    near = h0.roster(full, env).holders("h0")  # its neighbours' adverts only, 96 bytes each
+    assert len(base64.b85decode(full.adverts)) == 96 * len(near)
     assert r.json()["expected"] == ["h0"]  # the caller, not every name
     other = client.get(path + "0" * 64, headers=h0.e.headers).json()  # not the one it holds
     assert other["roster"] == view.compact(full.roster).model_dump(mode="json")

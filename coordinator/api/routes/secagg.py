@@ -141,7 +141,7 @@ FRAME_DOC = {
         "description": "A binary frame (common/secagg/wire.py): kind (1 byte), round (8, "
         "little-endian), attempt (2), body, Ed25519 signature (64) over a context that also "
         "binds study, sender and (masked, unmask) the roster digest. Bodies: keys = X25519 key "
-        "(32) + SHA-256 of the self-mask seed (32); masked = words packed to k bits + one "
+        "(32); masked = words packed to k bits + SHA-256 of the self-mask seed (32) + one "
         "32-byte sealed share per graph neighbour (by name; common/secagg/graph.py) + one "
         "16-byte roster acknowledgement per graph neighbour, in the same order "
         "(common.secagg.wire.ack_tag); unmask = the 16-byte "
