@@ -119,8 +119,8 @@ class RoundState(RoundPublic):
     )
     adverts: str = Field(
         default="", description="The caller's graph neighbours' advert frames without their "
-        "11-byte headers (96 bytes each: X25519 key, signature), in neighbour order (sorted by name), base85 (RFC 1924 "
-        "alphabet, Python's base64.b85encode).")
+        "11-byte headers (96 bytes each: X25519 key, signature), in neighbour order (sorted "
+        "by name), base85 (RFC 1924 alphabet, Python's base64.b85encode).")
     beacon: str | None = Field(
         default=None, description="Beacon studies, served with the roster (left out with "
         "it): the consortium key's Ed25519 signature over the roster (common.secagg.beacon, "
