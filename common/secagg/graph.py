@@ -68,6 +68,7 @@ __all__ = [
     "disconnect_bound",
     "threshold_failure",
     "graph_failure",
+    "recovery_failure",
     "MaskingGraph",
     "graph_seed",
     "graph_delta",
@@ -179,6 +180,22 @@ def share_threshold(n: int, dropouts: int, colluders: int, degree: int) -> int:
         if _within_budget(n, dropouts, colluders, degree, t):
             return t
     return degree
+
+
+def recovery_failure(n: int, dropouts: int, colluders: int) -> Fraction:
+    """Liveness, not privacy: with ``D`` members of a full roster lost after masking, chosen
+    at random, a bound on the probability that some lost member has fewer than ``t``
+    surviving neighbours (its seed cannot be rebuilt and the round is abandoned):
+    ``D * P(X > k - t)``, X the other lost members among its ``k`` neighbours
+    (hypergeometric). 0 for the complete graph when ``n - D >= t``."""
+    k = graph_degree(n, dropouts, colluders)
+    t = share_threshold(n, dropouts, colluders, k)
+    others, lost = n - 1, max(dropouts - 1, 0)
+    if k >= others:
+        return Fraction(0) if others - lost >= t else Fraction(1)
+    tail = sum(comb(lost, x) * comb(others - lost, k - x)
+               for x in range(k - t + 1, min(lost, k) + 1))
+    return min(Fraction(dropouts * tail, comb(others, k)), Fraction(1))
 
 
 @functools.cache

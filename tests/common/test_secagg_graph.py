@@ -318,3 +318,19 @@ def test_a_roster_switched_after_masking_changes_no_neighbours_the_member_refuse
         answer_recover(recover, switched, me=me, identity=m.identity, secrets=m.secrets,
                        inbox={}, coordinator_key=cohort.coordinator.public_key(),
                        unmasked_attempt=1, masked_attempt=1, masked_roster=masked_under)
+
+
+def test_the_recovery_bound_covers_random_dropouts_after_masking():
+    """n = 100, D = 5 lost at random after masking: the share of drawn graphs in which some
+    lost member keeps fewer than t = 6 of its 8 neighbours stays within the stated bound."""
+    from common.secagg.graph import recovery_failure
+
+    bound = float(recovery_failure(100, 5, 5))
+    rng = random.Random(5)
+    names = NAMES[:100]
+    trials, stuck = 3000, 0
+    for i in range(trials):
+        graph = MaskingGraph(names, _digest(f"r{i}"), 8)
+        lost = set(rng.sample(names, 5))
+        stuck += any(len(set(graph.neighbours(m)) - lost) < 6 for m in lost)
+    assert 0 < stuck / trials <= bound + 3 * (bound / trials) ** 0.5

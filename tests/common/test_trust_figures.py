@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.noise.accounting import loss_with_honest_shares, share_sum_sd
-from common.secagg.graph import graph_degree, graph_delta, share_threshold
+from common.secagg.graph import graph_degree, graph_delta, recovery_failure, share_threshold
 from common.secagg.params import AggregationParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +64,8 @@ def test_the_degree_table_is_the_graph_rules():
             assert row[4] == ("0" if charged == 0 else f"{float(charged):.1e}")
         else:
             assert row[4] == f"{float(Decimal(8) * Decimal(bound)):.1e}"
+        stall = float(recovery_failure(n, d, t))
+        assert row[5] == ("0" if stall == 0 else f"{stall:.2g}")
 
 
 @pytest.mark.parametrize("ref", sorted(set(re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`",
