@@ -10,7 +10,7 @@
   map and the release uses one more; :func:`threshold_delta` checks it exactly.
 
 OpenDP samples from a cryptographically secure source; never numpy or ``random``. What is
-released with these (the LSH and grid histograms) is assembled in :mod:`common.release`.
+released with these (the LSH and grid histograms) is assembled in :mod:`common.histograms.release`.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ def make_threshold_noise(
     """Thresholded discrete Laplace over a sparse ``{key: count}`` map, sensitivity 1.
 
     ``scale = 1 / epsilon`` (rounded up). Keys are strings (any width, see
-    :mod:`common.cellkeys`), counts int64. OpenDP 0.16's map at ``(l0, l1, linf) = (1, 1, 1)``
-    states ``P(Z >= T)`` while the mechanism keeps noisy counts ``>= T``, whose true delta is
+    :mod:`common.histograms.cellkeys`), counts int64. OpenDP 0.16's map at ``(l0, l1, linf) = (1, 1,
+    1)`` states ``P(Z >= T)`` while the mechanism keeps noisy counts ``>= T``, whose true delta is
     ``P(Z >= T - 1)`` (upstream opendp/opendp#2922, an ``e^epsilon`` under-count). So the
     smallest ``T0`` whose map meets ``delta`` is chosen and the release uses ``T = T0 + 1``:
     its true delta ``P(Z >= T0)`` is the map's value at ``T0``. The result is cross-checked

@@ -1,8 +1,8 @@
 """Typed fields and the public parameter sections of a study config.
 
-:mod:`common.config` assembles these into the signed :class:`~common.config.StudyConfig`;
-sections that belong to one protocol live in its own package (``common.secagg.params``,
-``common.online.params``, ``common.cohorts.params``).
+:mod:`common.study.config` assembles these into the signed
+:class:`~common.study.config.StudyConfig`; sections that belong to one protocol live in its own
+package (``common.secagg.params``, ``common.online.params``, ``common.cohorts.params``).
 """
 
 from __future__ import annotations

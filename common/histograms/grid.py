@@ -7,7 +7,7 @@ that ``x_i = hi_i`` falls in bin ``bins - 1``. Cells are numbered row-major over
 dimensions (Rauch, Olatunji & Khosla, "Achieving differential privacy for k-NN based outlier
 detection by data partitioning", section 4). The number of cells ``bins ** d_g`` is not
 bounded by 64 bits: a sparse release names cells by keys of several 63-bit words
-(:mod:`common.cellkeys`), so a grid over hundreds of features works.
+(:mod:`common.histograms.cellkeys`), so a grid over hundreds of features works.
 
 Optionally the grid lives in a random projection of the used features: ``p`` directions
 with entries ``+-1 / sqrt(d_used)`` derived from a public seed (:func:`derive_projection`,
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.cellkeys import ints_from_keys, key_words, keys_from_ints
+from common.histograms.cellkeys import ints_from_keys, key_words, keys_from_ints
 
 __all__ = ["GridSpec", "derive_projection", "DENSE_LIMIT", "PROJECTION_BOUND"]
 
