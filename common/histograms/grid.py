@@ -29,6 +29,8 @@ from common.histograms.cellkeys import ints_from_keys, key_words, keys_from_ints
 __all__ = ["GridSpec", "derive_projection", "DENSE_LIMIT", "PROJECTION_BOUND"]
 
 DENSE_LIMIT = 50_000_000
+"""Most cells of a dense count vector: the largest grid released densely (every cell on the
+wire), so also the largest ``grid.cell_limit`` a study config accepts."""
 PROJECTION_BOUND = 1.0
 """Public bound of a projected coordinate: the projection of the centred unit cube onto a
 direction with entries ``+-1/sqrt(d)`` has standard deviation ``1/sqrt(12)`` for uniform data,

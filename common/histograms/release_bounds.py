@@ -56,7 +56,7 @@ from numpy.typing import NDArray
 
 from common.errors import ReleaseOutOfBounds
 from common.histograms.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
-from common.noise.scale import grid_sensitivity, lsh_sensitivity
+from common.noise.scale import grid_sensitivity, laplace_scale, lsh_sensitivity
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.params import AggregationParams
 from common.study.config import StudyConfig
@@ -71,12 +71,11 @@ _I64_MAX = 2**63 - 1
 
 def _scale(sensitivity: int, epsilon: Decimal) -> float:
     """The noise scale the bounds are drawn for: at least the float scale the mechanism
-    used. Float on purpose, not exact like :func:`common.noise.scale.laplace_scale`: it
-    only sizes the acceptance tails (which compute in float, with slack), never the noise
-    drawn or the epsilon charged (``common.noise.laplace`` rounds its own scale up and
-    checks OpenDP's map); the exact quotient can sit a few ulps *below* that calibrated
-    scale, so it is inflated by ``1e-12`` to stay above it."""
-    return float(Decimal(sensitivity) / epsilon) * (1 + 1e-12)
+    used. :func:`common.noise.scale.laplace_scale` to the nearest float, inflated by
+    ``1e-12``: the mechanism rounds the same quotient up and may nudge it a few ulps further
+    until OpenDP's map fits epsilon (``common.noise.laplace``). It only sizes the acceptance
+    tails (which compute in float, with slack), never the noise drawn or the epsilon charged."""
+    return float(laplace_scale(sensitivity, epsilon)) * (1 + 1e-12)
 
 
 @lru_cache(maxsize=16)

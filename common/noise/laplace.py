@@ -28,23 +28,13 @@ from numpy.typing import NDArray
 from opendp.mod import Measurement, enable_features
 
 from common.budget import PrivacyBudget
+from common.noise.scale import laplace_scale_up
 
 __all__ = ["add_discrete_laplace", "make_count_noise", "make_threshold_noise", "threshold_delta"]
 
 _MAX_THRESHOLD = 2**40
 
 enable_features("contrib")  # submodules only: opendp.prelude would import scipy/sklearn
-
-
-def _scale(sensitivity: int, eps: Decimal) -> float:
-    """Smallest float ``scale >= sensitivity / eps`` (rounded up, never down)."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        exact = Decimal(sensitivity) / eps
-        scale = float(exact)
-        while Decimal(scale) < exact:
-            scale = math.nextafter(scale, math.inf)
-    return scale
 
 
 def _fit_map(build: Callable[[float], Measurement], scale: float, d_in: Any,
@@ -78,7 +68,7 @@ def make_count_noise(sensitivity: int, epsilon: Decimal | int | str) -> Measurem
         raise ValueError(f"sensitivity must be >= 1, got {sensitivity}")
     domain, metric = dpd.vector_domain(dpd.atom_domain(T="i64")), dpx.l1_distance(T="i64")
     meas, _ = _fit_map(lambda scale: dpm.make_laplace(domain, metric, scale=scale),
-                       _scale(sensitivity, eps), sensitivity, eps)
+                       laplace_scale_up(sensitivity, eps), sensitivity, eps)
     return meas
 
 
@@ -144,7 +134,7 @@ def make_threshold_noise(
         return lambda scale: dpm.make_laplace_threshold(
             domain, metric, scale=scale, threshold=threshold)
 
-    _, scale = _fit_map(builder(1), _scale(1, eps), (1, 1, 1), eps)
+    _, scale = _fit_map(builder(1), laplace_scale_up(1, eps), (1, 1, 1), eps)
 
     def meets(threshold: int) -> bool:
         _, map_delta = builder(threshold)(scale).map((1, 1, 1))  # type: ignore[no-untyped-call]

@@ -41,7 +41,6 @@ from common.study.delta_floor import check_delta
 from common.study.params import (
     _UTC,
     MAX_DELTA,
-    MAX_GRID_CELL_LIMIT,
     UTILITY_EPSILON_WARNING,
     Delta,
     Epsilon,
@@ -54,7 +53,7 @@ from common.study.params import (
     omit_at_defaults,
 )
 
-__all__ = ["MAX_GRID_CELL_LIMIT", "UTILITY_EPSILON_WARNING", "MAX_DELTA", "Epsilon", "Delta",
+__all__ = ["UTILITY_EPSILON_WARNING", "MAX_DELTA", "Epsilon", "Delta",
            "StudyId", "FeatureSpec", "LSHParams", "GridParams", "PrivacyParams", "StudyConfig",
            "canonical_json", "new_study_config"]
 

@@ -188,10 +188,11 @@ def test_bounds_scale_is_at_least_the_calibrated_scale(eps: str, sensitivity: in
     (rounded up past the exact quotient and nudged until OpenDP's map fits epsilon)."""
     from common.histograms.release_bounds import _scale
     from common.noise import laplace
+    from common.noise.scale import laplace_scale_up
 
     e = Decimal(eps)
     _, calibrated = laplace._fit_map(lambda scale: laplace.dpm.make_laplace(
         laplace.dpd.vector_domain(laplace.dpd.atom_domain(T="i64")),
         laplace.dpx.l1_distance(T="i64"), scale=scale),
-        laplace._scale(sensitivity, e), sensitivity, e)
+        laplace_scale_up(sensitivity, e), sensitivity, e)
     assert _scale(sensitivity, e) >= calibrated >= sensitivity / float(e)
