@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -40,11 +40,9 @@ from common.histograms.cellkeys import (
     keys_from_strings,
     keys_problem,
 )
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import LSHFamily
 from common.noise.laplace import add_discrete_laplace, make_threshold_noise
-
-if TYPE_CHECKING:
-    from common.histograms.grid import GridSpec
-    from common.histograms.hashing import LSHFamily
 
 __all__ = ["Release", "release_grid", "release_grid_counts", "release_lsh", "release_lsh_counts"]
 
