@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from common.signing import (
+from common.study.signing import (
     generate_key,
     key_fingerprint,
     load_private_key,

@@ -25,10 +25,10 @@ import httpx
 from pydantic import ValidationError
 
 from common.budget import PrivacyBudget
-from common.config import StudyConfig
 from common.errors import ConfigError, SignatureInvalid
 from common.noise.planning import config_noise_warning
-from common.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
+from common.study.config import StudyConfig
+from common.study.signing import SignedConfig, key_fingerprint, public_key_from_pem, verify_config
 from participant.client import CoordinatorClient, check_coordinator_url
 from participant.data.dataset import DatasetSource
 from participant.data.reader import DataSource
@@ -48,7 +48,7 @@ log = logging.getLogger("fedod.participant")
 
 __all__ = ["Agent", "DataOptions"]
 
-if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.release) is slow to import
+if TYPE_CHECKING:  # imported lazily below: OpenDP (via common.histograms.release) is slow to import
     from participant.release.contribute import ContributeOutcome, SendResult
     from participant.scoring.score import ScoreSummary
 

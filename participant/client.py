@@ -10,7 +10,7 @@ from typing import Any
 
 from common.budget import PrivacyBudget
 from common.errors import CoordinatorUnavailable, SignatureInvalid
-from common.signing import key_fingerprint, public_key_from_pem
+from common.study.signing import key_fingerprint, public_key_from_pem
 from participant.client_transport import (
     RETRY_STATUS,
     CoordinatorAddressWrong,

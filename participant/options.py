@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 from participant.data.dataset import DatasetSource, open_source
 from participant.data.reader import DataSource, DataSpec
 

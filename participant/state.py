@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from common.budget import PrivacyBudget
-from common.delta_floor import MAX_RELEASE_DELTA
+from common.study.delta_floor import MAX_RELEASE_DELTA
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -42,7 +42,7 @@ DEFAULT_MAX_RELEASE_EPSILON = "2"
 (:func:`participant.release.policy.check_ceiling`)."""
 DEFAULT_MAX_RELEASE_DELTA = str(MAX_RELEASE_DELTA)
 """Per-release delta ceiling when ``enrol`` is not given one: the largest
-delta any valid config may spend in one release (``common.delta_floor``)."""
+delta any valid config may spend in one release (``common.study.delta_floor``)."""
 _STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from common.config import StudyConfig
 from common.secagg.membership import MembershipBody
-from common.signing import SignedConfig
+from common.study.config import StudyConfig
+from common.study.signing import SignedConfig
 from simulation import demo_data as dd
 from simulation.processes import CONSORTIUM, PARTICIPANT, run_all, run_json
 from simulation.report import HospitalResult, evaluate

@@ -85,7 +85,7 @@ def load_data(args: argparse.Namespace) -> dd.Dataset:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.pipes import quiet_broken_pipe
+    from common.cli import quiet_broken_pipe
 
     return quiet_broken_pipe(lambda: _main(argv))
 

@@ -107,7 +107,7 @@ class ParticipantCoordinator:
         return httpx.get(self.url + "/v1/key", timeout=600).json()["key_id"]  # a hang guard
 
     def signing_key(self):
-        from common.signing import load_private_key
+        from common.study.signing import load_private_key
 
         return load_private_key(self.data_dir / "signing_key.pem")
 

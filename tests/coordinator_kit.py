@@ -58,7 +58,7 @@ class CoordinatorKit:
     @staticmethod
     def config_of(signed):
         """The ``StudyConfig`` inside a served ``SignedConfig`` JSON (signature not checked)."""
-        from common.config import StudyConfig
+        from common.study.config import StudyConfig
 
         return StudyConfig.model_validate_json(signed["payload"])
 
@@ -73,11 +73,11 @@ class CoordinatorKit:
 
         import numpy as np
 
-        from common.encoding import encode_counts
+        from common.wire.encoding import encode_counts
 
         config = CoordinatorKit.config_of(signed)
         records = int(rng.integers(50, 200))  # exact counts of one dataset: what an honest
-        # release holds within its noise (common.release_bounds: every table sums to it)
+        # release holds within its noise (common.histograms.release_bounds: every table sums to it)
         if lsh_values is None:
             offsets = config.lsh_family().offsets
             lsh_values = np.concatenate([rng.multinomial(records, np.full(b - a, 1 / (b - a)))
@@ -90,11 +90,11 @@ class CoordinatorKit:
                     records, np.full(config.grid_cells, 1 / config.grid_cells))
                 grid = (None, np.asarray(vals))
             else:
-                from common.cellkeys import key_words, keys_from_ints
+                from common.histograms.cellkeys import key_words, keys_from_ints
 
                 cells = np.unique(rng.integers(0, min(config.grid_cells, 2**62), size=8))
                 idx = keys_from_ints(cells.tolist(), key_words(config.grid_cells))
-                from common.release_bounds import release_bounds
+                from common.histograms.release_bounds import release_bounds
 
                 low = release_bounds(config).threshold  # a thresholded release keeps >= T
                 grid = (idx, rng.integers(low, low + 50, size=cells.size))

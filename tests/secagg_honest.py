@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.config import StudyConfig
 from common.noise import sample_noise_share
 from common.secagg.vector import noisy_secure_vector
+from common.study.config import StudyConfig
 
 
 def honest_vector(config: StudyConfig, rng: np.random.Generator, rows: int = 50) -> np.ndarray:

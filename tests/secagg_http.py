@@ -9,7 +9,6 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from common.config import StudyConfig
 from common.secagg import participant as proto
 from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.beacon import verify_beacon
@@ -19,7 +18,8 @@ from common.secagg.messages import RoundRef, SignedMessage, b64e
 from common.secagg.schemas import RoundState
 from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM
-from common.signing import SignedConfig, public_key_from_pem
+from common.study.config import StudyConfig
+from common.study.signing import SignedConfig, public_key_from_pem
 
 
 @dataclass
@@ -164,7 +164,7 @@ def certify_states(consortium, study, aggregation: dict, states: dict) -> dict:
     """The DPO's certificate (JSON) of the hospitals whose state directories are ``states``
     (name -> Path): each one's identity key, read from its state as it would send it."""
     from common.secagg.params import AggregationParams
-    from common.signing import load_private_key
+    from common.study.signing import load_private_key
     from participant.cli.consortium import certify, raw_key
 
     members = {name: raw_key(load_private_key(Path(s) / "identity_key.pem").public_key())

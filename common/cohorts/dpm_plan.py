@@ -19,8 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.budget import EPSILON_QUANTUM, PrivacyBudget
+from common.histograms.seeded import as_bounds
 from common.noise.scale import discrete_laplace_sd
-from common.seeded import as_bounds
 
 __all__ = ["DPMBudget", "DPMPlan", "Leaf", "TreeState", "node_dims", "tree_state"]
 

@@ -12,7 +12,8 @@ Changed from the paper
 ----------------------
 The paper initialises from the data, which leaks. :func:`initial_centroids` draws uniform
 points in the public box ``[lo, hi]`` from the public study seed (SHA-256 counter mode, the
-stream of :mod:`common.hashing` under its own key); it never reads data or numpy's samplers.
+stream of :mod:`common.histograms.hashing` under its own key); it never reads data or numpy's
+samplers.
 
 Sensitivity (add/remove one record)
 -----------------------------------
@@ -58,7 +59,7 @@ from numpy.typing import ArrayLike, NDArray
 from common.budget import PrivacyBudget
 from common.cohorts.mechanism import kmeans_round
 from common.cohorts.plan import KMeansPlan, count_floor, split_epsilon
-from common.seeded import Sha256Stream, as_bounds
+from common.histograms.seeded import Sha256Stream, as_bounds
 
 __all__ = [
     "KMeansPlan",

@@ -22,8 +22,8 @@ from pydantic import (
 )
 
 from common.budget import EPSILON_QUANTUM, PrivacyBudget, exact_decimal
-from common.delta_floor import MAX_RELEASE_DELTA, MIN_DECLARED_N
-from common.params import omit_at_defaults
+from common.study.delta_floor import MAX_RELEASE_DELTA, MIN_DECLARED_N
+from common.study.params import omit_at_defaults
 
 __all__ = ["CohortParams", "COHORT_METHODS"]
 
@@ -107,7 +107,7 @@ class CohortParams(BaseModel):
         "dpm with gaussian leaf noise or kmeans with gaussian sum noise (required there): "
         "the declared, public number of records of the whole study, which sets delta; "
         f"never counted from the data; at least {MIN_DECLARED_N} (delta <= "
-        f"{MAX_RELEASE_DELTA}, common.delta_floor)."))
+        f"{MAX_RELEASE_DELTA}, common.study.delta_floor)."))
 
     @model_validator(mode="after")
     def _consistent(self) -> CohortParams:
@@ -115,7 +115,7 @@ class CohortParams(BaseModel):
             raise ValueError(
                 f"declared_n {self.declared_n} is below {MIN_DECLARED_N}: the study's delta "
                 f"1/(n sqrt n) would exceed the delta ceiling {MAX_RELEASE_DELTA} "
-                "(common.delta_floor)")
+                "(common.study.delta_floor)")
         if self.method == "kmeans":
             if self.k is None:
                 raise ValueError("method kmeans needs k (the number of cohorts)")

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget
-from common.seeded import as_bounds
+from common.histograms.seeded import as_bounds
 
 __all__ = ["KMeansPlan", "SCHEDULES", "SUM_NOISES", "count_floor", "round_weights",
            "split_delta", "split_epsilon"]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.params import Delta, Epsilon
+from common.study.params import Delta, Epsilon
 
 __all__ = ["CohortReleaseCreate", "CohortRoundPublic", "CohortsPublic", "CohortStatus"]
 

@@ -13,14 +13,14 @@ from common.cohorts.mechanism import DEFAULT_MAX_RECORDS
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import KMeansPlan
 from common.cohorts.protocol import KMeansProtocol, RoundProtocol
-from common.params import LSHParams
 from common.secagg.params import AggregationParams
+from common.study.params import LSHParams
 
 __all__ = ["CohortStudy", "protocol_for", "protocol_of"]
 
 
 class CohortStudy(Protocol):
-    """What a cohort run reads of its study: :class:`common.config.StudyConfig` has all of it
+    """What a cohort run reads of its study: :class:`common.study.config.StudyConfig` has all of it
     (stated here so that this package needs only the parameter sections, not the config that
     assembles them)."""
 

@@ -1,8 +1,8 @@
 """Grid k-NN outlier detection over (noisy) uniform-grid counts (Rauch et al., Algorithm 1).
 
 Rauch, Olatunji & Khosla, "Achieving differential privacy for k-NN based outlier detection by
-data partitioning": the records are counted in a uniform grid (``common.grid.GridSpec``) and a
-point ``y`` is scored by visiting the cells around its own cell in order of L1 distance
+data partitioning": the records are counted in a uniform grid (``common.histograms.grid.GridSpec``)
+and a point ``y`` is scored by visiting the cells around its own cell in order of L1 distance
 ``t = 0, 1, ..., max_depth`` (in cells) and accumulating their counts until ``k`` records are
 covered.
 
@@ -18,8 +18,8 @@ Noisy counts are clamped at 0 before the walk (the walk itself:
 :func:`common.detectors.grid_scores.knn_grid_scores`); rows sharing a cell are scored once.
 
 Private mode (``epsilon`` set, standalone ``fit``) releases the counts with
-``common.release.release_grid`` (sensitivity 1): up to ``cell_limit`` cells every cell of the
-dense grid gets discrete Laplace noise of scale ``1 / epsilon`` (pure epsilon-DP); a larger
+``common.histograms.release.release_grid`` (sensitivity 1): up to ``cell_limit`` cells every cell of
+the dense grid gets discrete Laplace noise of scale ``1 / epsilon`` (pure epsilon-DP); a larger
 grid (e.g. 4 bins over many features) is released sparsely with the thresholded
 mechanism and needs ``delta`` > 0. Merged releases enter through ``GridKNN.from_counts``.
 """
@@ -34,12 +34,12 @@ from typing import Any, Literal, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.cellkeys import as_keys, ints_from_keys, keys_from_ints
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.detectors.grid_scores import knn_grid_scores
 from common.detectors.rules import GridChoice, grid_rule
-from common.grid import GridSpec, derive_projection
-from common.release import release_grid
+from common.histograms.cellkeys import as_keys, ints_from_keys, keys_from_ints
+from common.histograms.grid import GridSpec, derive_projection
+from common.histograms.release import release_grid
 
 Counts = NDArray[np.integer[Any]] | Mapping[int, int] | tuple[ArrayLike, ArrayLike]
 
@@ -89,7 +89,7 @@ class GridKNN(BaseDetector):
         Columns the grid uses (all when ``None``).
     projection : int, "auto" or None
         Build the grid over this many random ``+-1`` projections of the used features
-        (``common.grid.derive_projection``), derived from ``seed``, never from the data;
+        (``common.histograms.grid.derive_projection``), derived from ``seed``, never from the data;
         ``None``: the features themselves; ``"auto"`` (default): the rule's choice (the
         features up to 10 of them, else 6 projections).
     expected_records : int, optional

@@ -1,7 +1,7 @@
 """LSH iTables: an ensemble of random-feature LSH count tables (Li & Pham).
 
-Each of ``m`` tables counts records per RF-LSH bucket (``common.hashing``). The paper's score
-is ``s(q) = mean_j log2(max(C_j[g_j(q)], 1))``, small = few similar records = outlying; the
+Each of ``m`` tables counts records per RF-LSH bucket (``common.histograms.hashing``). The paper's
+score is ``s(q) = mean_j log2(max(C_j[g_j(q)], 1))``, small = few similar records = outlying; the
 detector returns ``-s(q)`` so that higher means more outlying (PyOD convention).
 
 Modes
@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from common.detectors.base import BaseDetector, NotFittedError, as_matrix
 from common.detectors.lsh_kernel import scorer
-from common.hashing import LSHFamily, derive_lsh_family
+from common.histograms.hashing import LSHFamily, derive_lsh_family
 from common.noise.laplace import add_discrete_laplace
 
 Scoring = Literal["log", "mass"]

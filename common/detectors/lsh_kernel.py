@@ -1,10 +1,10 @@
 """Fast exact scoring kernel for LSH iTables: the same bucket indices as
-:meth:`common.hashing.LSHFamily.flat_index` and the same scores, with fewer passes over the
-data.
+:meth:`common.histograms.hashing.LSHFamily.flat_index` and the same scores, with fewer passes over
+the data.
 
 With few features each table's bucket is a sum over features of a per-feature lookup
 ``T_i[r_i]``, ``r_i`` the number of the feature's distinct cuts ``<= x_i`` (as in
-``common.hashing``). This kernel works on row blocks small enough to stay in cache and
+``common.histograms.hashing``). This kernel works on row blocks small enough to stay in cache and
 
 1. ranks all features of a block at once with *uniform bucket tables* instead of binary
    searches: ``b(v) = trunc(clip(v * scale_i + shift_i, o_i, o_i + K_i - 1))`` is monotone in
@@ -21,7 +21,7 @@ With few features each table's bucket is a sum over features of a per-feature lo
 
 Exactness is checked against ``LSHFamily.flat_index`` and the reference scores in
 ``tests/common/test_lsh_kernel.py``. Used for ``LSHiTables.decision_function`` when the family
-has no more features in use than bits per table (the case ``common.hashing`` handles with
+has no more features in use than bits per table (the case ``common.histograms.hashing`` handles with
 lookups); otherwise the family's own comparison pass is used.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.hashing import LSHFamily
+from common.histograms.hashing import LSHFamily
 
 _BLOCK = 4096  # rows per block: the (block, m) gathers stay in a core's L2 cache
 _PAIR_ROWS = 1 << 14  # largest pair table (rows); 100 tables x 2 bytes x 16k = 3.2 MB

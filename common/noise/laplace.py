@@ -10,7 +10,7 @@
   map and the release uses one more; :func:`threshold_delta` checks it exactly.
 
 OpenDP samples from a cryptographically secure source; never numpy or ``random``. What is
-released with these (the LSH and grid histograms) is assembled in :mod:`common.release`.
+released with these (the LSH and grid histograms) is assembled in :mod:`common.histograms.release`.
 """
 
 from __future__ import annotations
@@ -28,23 +28,13 @@ from numpy.typing import NDArray
 from opendp.mod import Measurement, enable_features
 
 from common.budget import PrivacyBudget
+from common.noise.scale import laplace_scale_up
 
 __all__ = ["add_discrete_laplace", "make_count_noise", "make_threshold_noise", "threshold_delta"]
 
 _MAX_THRESHOLD = 2**40
 
 enable_features("contrib")  # submodules only: opendp.prelude would import scipy/sklearn
-
-
-def _scale(sensitivity: int, eps: Decimal) -> float:
-    """Smallest float ``scale >= sensitivity / eps`` (rounded up, never down)."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        exact = Decimal(sensitivity) / eps
-        scale = float(exact)
-        while Decimal(scale) < exact:
-            scale = math.nextafter(scale, math.inf)
-    return scale
 
 
 def _fit_map(build: Callable[[float], Measurement], scale: float, d_in: Any,
@@ -78,7 +68,7 @@ def make_count_noise(sensitivity: int, epsilon: Decimal | int | str) -> Measurem
         raise ValueError(f"sensitivity must be >= 1, got {sensitivity}")
     domain, metric = dpd.vector_domain(dpd.atom_domain(T="i64")), dpx.l1_distance(T="i64")
     meas, _ = _fit_map(lambda scale: dpm.make_laplace(domain, metric, scale=scale),
-                       _scale(sensitivity, eps), sensitivity, eps)
+                       laplace_scale_up(sensitivity, eps), sensitivity, eps)
     return meas
 
 
@@ -121,8 +111,8 @@ def make_threshold_noise(
     """Thresholded discrete Laplace over a sparse ``{key: count}`` map, sensitivity 1.
 
     ``scale = 1 / epsilon`` (rounded up). Keys are strings (any width, see
-    :mod:`common.cellkeys`), counts int64. OpenDP 0.16's map at ``(l0, l1, linf) = (1, 1, 1)``
-    states ``P(Z >= T)`` while the mechanism keeps noisy counts ``>= T``, whose true delta is
+    :mod:`common.histograms.cellkeys`), counts int64. OpenDP 0.16's map at ``(l0, l1, linf) = (1, 1,
+    1)`` states ``P(Z >= T)`` while the mechanism keeps noisy counts ``>= T``, whose true delta is
     ``P(Z >= T - 1)`` (upstream opendp/opendp#2922, an ``e^epsilon`` under-count). So the
     smallest ``T0`` whose map meets ``delta`` is chosen and the release uses ``T = T0 + 1``:
     its true delta ``P(Z >= T0)`` is the map's value at ``T0``. The result is cross-checked
@@ -144,7 +134,7 @@ def make_threshold_noise(
         return lambda scale: dpm.make_laplace_threshold(
             domain, metric, scale=scale, threshold=threshold)
 
-    _, scale = _fit_map(builder(1), _scale(1, eps), (1, 1, 1), eps)
+    _, scale = _fit_map(builder(1), laplace_scale_up(1, eps), (1, 1, 1), eps)
 
     def meets(threshold: int) -> bool:
         _, map_delta = builder(threshold)(scale).map((1, 1, 1))  # type: ignore[no-untyped-call]

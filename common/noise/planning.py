@@ -53,7 +53,7 @@ SIZES = (16, 8, 4)
 @functools.lru_cache(maxsize=64)
 def expected_cells(sample_size: int) -> float:
     """Expected cells ``E[2^l]`` of one table derived with ``sample_size`` (the law of
-    ``common.hashing``: ``f ~ U(1/sqrt(s), 1 - 1/sqrt(s))``, ``L = log_max(2,1/f)(s)``,
+    ``common.histograms.hashing``: ``f ~ U(1/sqrt(s), 1 - 1/sqrt(s))``, ``L = log_max(2,1/f)(s)``,
     ``l ~ U(1 + L/2, L)`` rounded half up, at least 1), by a 200 x 200 midpoint rule."""
     if sample_size < 2:
         raise ValueError(f"sample_size must be >= 2, got {sample_size}")

@@ -38,7 +38,7 @@ _HOME = {
 
 def __getattr__(name: str) -> Any:
     """Import submodules on first use: OpenDP (via :mod:`common.noise.gradient`) takes about a
-    second to import, and ``common.config`` needs only ``params``."""
+    second to import, and ``common.study.config`` needs only ``params``."""
     if name not in _HOME:
         raise AttributeError(f"module 'common.online' has no attribute {name!r}")
     home = _HOME[name]

@@ -64,13 +64,13 @@ from pydantic import (
 )
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, PrivacyBudget, decimal_field
-from common.canonical import is_canonical
-from common.delta_floor import check_delta
 from common.online.ftrl import FTRLConfig, ftrl_rows
 from common.online.learner import OnlineConfig, centred_rows
 from common.online.noise import online_factor_noise, online_noise, online_tree_noise
 from common.online.query import ExponentialRule, QueryRule, RandomizedResponseRule
-from common.params import omit_at_defaults
+from common.study.canonical import is_canonical
+from common.study.delta_floor import check_delta
+from common.study.params import omit_at_defaults
 
 if TYPE_CHECKING:  # OpenDP takes about a second to import: only where noise is needed
     from common.noise.gradient import GradientNoise
@@ -81,8 +81,8 @@ SIGNED_AT = {"centre_window": None, "algorithm": "ftrl", "clip": 0.5, "eta": 0.0
              "bias": 0.25, "leaf": 10, "tree_leaves": 64, "prefix": "sqrt", "horizon": 256}
 """The values these keys had when they were added: the canonical form leaves a key out at its
 value here, so configs signed before it keep their bytes (configs signed before DP-FTRL are
-read as DP-FTRL), and a parse of canonical bytes (``common.canonical.parse_canonical``) reads a
-missing key as its value here, **not** as the field's default. So a field's default may move
+read as DP-FTRL), and a parse of canonical bytes (``common.study.canonical.parse_canonical``) reads
+a missing key as its value here, **not** as the field's default. So a field's default may move
 without changing the meaning of a study signed before (a new value differs from the one here
 and is written out); never change a value here. Today every default equals its value here."""
 

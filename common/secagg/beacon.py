@@ -12,11 +12,11 @@ roster:
               attempt (2 bytes, big-endian) roster digest (32 bytes)
     seed    = SHA-256("fedod-secagg/graph/2" NUL roster digest signature)
 
-The study id cannot contain NUL (:data:`common.params.StudyId`), so the message is unambiguous.
-The consortium key holder signs at most one roster per (study, round, attempt) and no attempt
-above :data:`BEACON_ATTEMPTS` (:func:`decide`; ``fedod-consortium beacon`` keeps the record), so
-the coordinator gets at most ``A`` draws of the graph per round. A round it aborts before anyone
-masks costs nobody anything, so draws are also counted per member across rounds
+The study id cannot contain NUL (:data:`common.study.params.StudyId`), so the message is
+unambiguous. The consortium key holder signs at most one roster per (study, round, attempt) and no
+attempt above :data:`BEACON_ATTEMPTS` (:func:`decide`; ``fedod-consortium beacon`` keeps the
+record), so the coordinator gets at most ``A`` draws of the graph per round. A round it aborts
+before anyone masks costs nobody anything, so draws are also counted per member across rounds
 (:mod:`common.secagg.draws`): a member masks only under one of at most ``G`` draws including
 it since its last masked release, and a release is charged ``G`` times the per-graph bound
 (:attr:`AggregationParams.graph_delta`). A member verifies the signature under the consortium

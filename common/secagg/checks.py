@@ -50,10 +50,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.errors import SecureSumRejected
+from common.histograms.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
 from common.noise.scale import laplace_scale
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.vector import SecureStudy, secure_parts
-from common.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
 
 __all__ = ["check_secure_sum", "SumBounds", "sum_bounds"]
 

@@ -10,7 +10,7 @@ it has signed that include ``m`` (this one included), ``c_m``:
                 attempt (2 bytes, big-endian) roster digest (32 bytes)
                 member name NUL c_m (8 bytes, big-endian)
 
-The study id and the member names cannot contain NUL (:data:`common.params.StudyId`; a name
+The study id and the member names cannot contain NUL (:data:`common.study.params.StudyId`; a name
 with one is refused here), so the statement is unambiguous. A member verifies its own statement
 under the consortium key it pinned, and masks only if ``c_m - c_last <= G``
 (:data:`BEACON_DRAWS`), ``c_last`` the count of the last draw it masked under in the study (0

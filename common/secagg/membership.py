@@ -26,10 +26,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from common.canonical import canonical_json
-from common.params import StudyId
 from common.secagg.messages import B64, Name, RoundRefused, b64d, b64e
 from common.secagg.params import AggregationParams
+from common.study.canonical import canonical_json
+from common.study.params import StudyId
 
 __all__ = [
     "CONTEXT",

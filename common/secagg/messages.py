@@ -33,9 +33,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from common.canonical import canonical_json
 from common.errors import Conflict, SignatureInvalid
-from common.params import StudyId
+from common.study.canonical import canonical_json
+from common.study.params import StudyId
 
 __all__ = [
     "SignedMessage",

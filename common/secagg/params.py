@@ -1,4 +1,5 @@
-"""Public aggregation parameters of a study (in the signed :class:`~common.config.StudyConfig`).
+"""Public aggregation parameters of a study (in the signed
+:class:`~common.study.config.StudyConfig`).
 
 ``mode="independent"`` is today's release: every participant adds a full discrete Laplace and
 contributes whenever it likes. ``mode="secure"`` runs release rounds with secure aggregation
@@ -45,9 +46,9 @@ from pydantic import (
     model_validator,
 )
 
-from common.params import omit_at_defaults
 from common.secagg.draws import BEACON_DRAWS
 from common.secagg.graph import graph_degree, graph_delta, share_threshold
+from common.study.params import omit_at_defaults
 
 __all__ = ["AggregationParams", "modulus_bits", "NOISE_TAIL_NATS"]
 

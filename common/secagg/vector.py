@@ -9,7 +9,7 @@ full discrete Laplace over any ``h_min`` honest shares (:func:`common.noise.samp
   scale ``1 / epsilon_grid``.
 
 The two releases compose to ``epsilon_lsh + epsilon_grid`` (basic composition), which is what
-:meth:`common.config.StudyConfig.release_cost` charges. A sparse (thresholded) grid has no
+:meth:`common.study.config.StudyConfig.release_cost` charges. A sparse (thresholded) grid has no
 secure form: which cells it releases depends on each participant's own noisy counts, which
 cannot be summed under masks, so a secure study's grid must be dense.
 """
@@ -23,10 +23,10 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from common.hashing import LSHFamily
+from common.histograms.hashing import LSHFamily
 from common.noise.scale import grid_sensitivity, lsh_sensitivity
-from common.params import GridParams, LSHParams, PrivacyParams
 from common.secagg.params import AggregationParams
+from common.study.params import GridParams, LSHParams, PrivacyParams
 
 __all__ = ["NoiseShare", "SecureStudy", "secure_parts", "noisy_secure_vector",
            "split_secure_sum"]
@@ -36,7 +36,7 @@ NoiseShare = Callable[[int, int, Decimal, int], NDArray[np.int64]]
 
 
 class SecureStudy(Protocol):
-    """What a secure round reads of its study: :class:`common.config.StudyConfig` has all of
+    """What a secure round reads of its study: :class:`common.study.config.StudyConfig` has all of
     it (stated here so that this package needs only the parameter sections, not the config
     that assembles them)."""
 

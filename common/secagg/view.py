@@ -21,9 +21,9 @@ import json
 
 from pydantic import BaseModel
 
-from common.canonical import canonical_json
 from common.secagg.messages import RecoverBody, RequestBody, RosterBody, SignedMessage
 from common.secagg.schemas import RoundState
+from common.study.canonical import canonical_json
 
 __all__ = ["KNOWN", "ROSTER_PHASES", "compact", "complete", "complete_state"]
 

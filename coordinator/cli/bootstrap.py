@@ -18,7 +18,7 @@ from typing import Any
 
 from common.budget import PrivacyBudget
 from common.errors import Conflict
-from common.schemas import StudyCreate
+from common.wire.schemas import StudyCreate
 
 
 def _write_secret(path: Path, text: str) -> None:

@@ -14,7 +14,7 @@ from coordinator.cli.support import EXIT_OK, EXIT_REFUSED, key_store, open_sessi
 
 
 def cmd_study_create(args: argparse.Namespace, settings: Any) -> int:
-    from common.spec import load_study_spec
+    from common.study.spec import load_study_spec
     from coordinator.services.studies import create_study, study_config, study_public
 
     body = _declare(load_study_spec(Path(args.spec).read_text()), args)
@@ -114,7 +114,7 @@ def _column_names(path: Path) -> list[str]:
 
 
 def cmd_study_template(args: argparse.Namespace, settings: Any) -> int:
-    from common.spec import study_template
+    from common.study.spec import study_template
 
     text = study_template(_column_names(Path(args.data)), args.study_id,
                           leave_out=[*args.id_column, *args.ignore_column])

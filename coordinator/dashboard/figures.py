@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.budget import plain_decimal as fmt
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 from coordinator.db.tables import LedgerEntry, Participant
 
 NOT_MODEL_KINDS = ("online", "cohort")

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from common.budget import PrivacyBudget
 from common.budget import plain_decimal as fmt
 from common.errors import NotFound
-from common.schemas import BudgetPublic, LedgerEntryPublic
+from common.wire.schemas import BudgetPublic, LedgerEntryPublic
 from coordinator.dashboard.charts import cumulative_series, peak_series, step_chart
 from coordinator.dashboard.figures import (
     contributors_text,

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded, ConfigVersionConflict, FedodError
-from common.schemas import ContributionCreate
+from common.wire.schemas import ContributionCreate
 
 
 class Holder(Protocol):

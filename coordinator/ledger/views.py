@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
-from common.schemas import BudgetPublic, LedgerEntryPublic
+from common.wire.schemas import BudgetPublic, LedgerEntryPublic
 from coordinator.db.tables import LedgerEntry, Participant
 
 

@@ -9,13 +9,14 @@ row lock and the contributions it reads were committed together with the counter
 bumped, so the result is exact under any number of workers; the ingest cost does not depend
 on the model size or on how many contributions were merged before.
 
-Every use of ``common.encoding.decode_counts`` and ``common.merge`` is in :func:`decode_vector`
-and :func:`combine` (ingest decodes with the first too, to check the poisoning bounds), so a
-change of the sparse key type touches only these two functions.
+Every use of ``common.wire.encoding.decode_counts`` and ``common.histograms.merge`` is in
+:func:`decode_vector` and :func:`combine` (ingest decodes with the first too, to check the poisoning
+bounds), so a change of the sparse key type touches only these two functions.
 
-Sums cannot wrap: ingest bounds every cell (:mod:`common.release_bounds`), a model cell is the
-sum of one release per contributor, and :func:`combine` raises rather than wraps
-(:attr:`common.release_bounds.ReleaseBounds.max_contributors`, ``2**22`` or more contributors).
+Sums cannot wrap: ingest bounds every cell (:mod:`common.histograms.release_bounds`), a model cell
+is the sum of one release per contributor, and :func:`combine` raises rather than wraps
+(:attr:`common.histograms.release_bounds.ReleaseBounds.max_contributors`, ``2**22`` or more
+contributors).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from numpy.typing import NDArray
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
-from common.cellkeys import key_words
-from common.config import StudyConfig
-from common.encoding import EncodedCounts, decode_counts, encode_counts
-from common.merge import merge_sparse, merge_sum
-from common.schemas import ModelPublic
+from common.histograms.cellkeys import key_words
+from common.histograms.merge import merge_sparse, merge_sum
+from common.study.config import StudyConfig
+from common.wire.encoding import EncodedCounts, decode_counts, encode_counts
+from common.wire.schemas import ModelPublic
 from coordinator.db.tables import AggregateSnapshot, Contribution, in_model
 
 _I8 = np.dtype("<i8")

@@ -37,7 +37,6 @@ from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState, RoundProtocol
 from common.cohorts.schemas import CohortReleaseCreate
 from common.cohorts.study import protocol_of
-from common.config import StudyConfig
 from common.errors import (
     BudgetExceeded,
     ConfigVersionConflict,
@@ -47,6 +46,7 @@ from common.errors import (
     InvalidInput,
     NotFound,
 )
+from common.study.config import StudyConfig
 from coordinator.db.cohorts import CohortRelease, CohortResult, CohortRound
 from coordinator.db.tables import Member, Participant, Study, utcnow
 from coordinator.ledger import charge

@@ -3,10 +3,10 @@
 Order of work, cheapest refusal first: idempotent replay (keys scoped per participant and
 study, read with the caller in one query, ``services.ingest_lookup``), config version and
 digest, claimed cost, budget (all before the body is decoded), then decoding, the digest
-of the counts and the poisoning bounds (:func:`check_release`, :mod:`common.release_bounds`;
-the one place both the ORM and the group-commit path run, :func:`prepare`), then a short
-write transaction (the ledger writer, ``coordinator.ledger.charge``: its locks make budget,
-replacement and config checks exact under any number of workers) - for the
+of the counts and the poisoning bounds (:func:`check_release`,
+:mod:`common.histograms.release_bounds`; the one place both the ORM and the group-commit path run,
+:func:`prepare`), then a short write transaction (the ledger writer, ``coordinator.ledger.charge``:
+its locks make budget, replacement and config checks exact under any number of workers) - for the
 route, the batch of its process's group commit (``services.group_commit``), which falls back
 to :func:`store_one` and :func:`refuse_charge` per release. The sums are not touched here:
 they are folded from the stored contributions when the model is read
@@ -26,8 +26,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
-from common.config import StudyConfig
-from common.encoding import EncodedCounts, validated_json
 from common.errors import (
     ConfigVersionConflict,
     IdempotencyConflict,
@@ -35,8 +33,10 @@ from common.errors import (
     PayloadInvalid,
     SchemaMismatch,
 )
-from common.release_bounds import check_grid, check_lsh, release_bounds
-from common.schemas import ContributionCreate
+from common.histograms.release_bounds import check_grid, check_lsh, release_bounds
+from common.study.config import StudyConfig
+from common.wire.encoding import EncodedCounts, validated_json
+from common.wire.schemas import ContributionCreate
 from coordinator.db.tables import Contribution, Participant
 from coordinator.ledger import charge
 from coordinator.ledger.checks import ParticipantRevoked, check_config, over_budget
@@ -106,8 +106,8 @@ def _decode(enc: EncodedCounts, n_cells: int, layout: str, what: str, max_bytes:
 
 def check_release(config: StudyConfig, body: ContributionCreate, max_bytes: int) -> None:
     """Decode and check both vectors against the config's shapes and ranges, then against the
-    poisoning bounds of :mod:`common.release_bounds` (cells within the record bound plus the
-    noise tail, LSH tables' and a dense grid's totals consistent), 422 naming the bound.
+    poisoning bounds of :mod:`common.histograms.release_bounds` (cells within the record bound plus
+    the noise tail, LSH tables' and a dense grid's totals consistent), 422 naming the bound.
     Nothing is kept: the model's fold decodes the stored release again."""
     lsh = _decode(body.lsh, config.lsh_cells, "dense", "lsh", max_bytes)
     if config.grid is None:

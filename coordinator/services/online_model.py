@@ -25,7 +25,6 @@ from numpy.typing import NDArray
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from common.config import StudyConfig
 from common.errors import ModelNotFinite, NotFound
 from common.online.ftrl import ftrl_step
 from common.online.learner import centre_from_release, federated_step, running_mean
@@ -37,6 +36,7 @@ from common.online.wire import (
     decode_vector,
     encode_vector,
 )
+from common.study.config import StudyConfig
 from coordinator.db.online import OnlineModel, OnlineRelease, new_model
 from coordinator.db.tables import Study, utcnow
 from coordinator.services.studies import study_config

@@ -14,13 +14,13 @@ from collections import OrderedDict
 
 from sqlalchemy.orm import Session
 
-from common.config import StudyConfig
 from common.errors import Conflict, SecureSumRejected
 from common.secagg import server
 from common.secagg.checks import check_secure_sum
 from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, b64d
 from common.secagg.params import AggregationParams
 from common.secagg.roster import VerifiedRoster
+from common.study.config import StudyConfig
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study, utcnow
 from coordinator.keys import KeyStore

@@ -17,7 +17,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
-from common.config import StudyConfig
 from common.errors import Conflict
 from common.secagg.identity import verify_identity_proof
 from common.secagg.membership import MembershipBody, SignedMembership
@@ -26,6 +25,7 @@ from common.secagg.params import AggregationParams
 from common.secagg.schemas import IdentityKeyCreate
 from common.secagg.vector import split_secure_sum
 from common.secagg.wire import frame_digest
+from common.study.config import StudyConfig
 from coordinator.db.secagg import IdentityKey, Round, RoundMessage, StudyMembership
 from coordinator.db.tables import Aggregate, AggregateSnapshot, Participant, utcnow
 from coordinator.ledger import charge

@@ -12,14 +12,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from common.canonical import parse_canonical
-from common.config import StudyConfig, new_study_config
 from common.detectors.rules import grid_rule, study_lsh, study_scoring
 from common.errors import Conflict, InvalidInput, NotFound
 from common.noise.planning import config_noise_warning, plan_lsh_tables
-from common.params import GridParams
-from common.schemas import StudyCreate, StudyPublic
-from common.signing import SignedConfig, sign_config
+from common.study.canonical import parse_canonical
+from common.study.config import StudyConfig, new_study_config
+from common.study.params import GridParams
+from common.study.signing import SignedConfig, sign_config
+from common.wire.schemas import StudyCreate, StudyPublic
 from coordinator.db.online import new_model
 from coordinator.db.tables import Aggregate, AggregateSnapshot, Member, Participant, Study, utcnow
 from coordinator.keys import KeyStore

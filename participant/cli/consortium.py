@@ -50,7 +50,7 @@ from common.secagg.membership import (
 )
 from common.secagg.messages import b64e
 from common.secagg.params import AggregationParams
-from common.signing import (
+from common.study.signing import (
     generate_key,
     key_fingerprint,
     load_private_key,
@@ -146,7 +146,7 @@ def _identities(paths: list[str], wait: float) -> dict[str, str]:
 
 
 def _certify(args: argparse.Namespace) -> dict[str, object]:
-    from common.spec import load_study_spec
+    from common.study.spec import load_study_spec
 
     spec = load_study_spec(Path(args.study).read_text())
     params = spec.aggregation
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from common.pipes import quiet_broken_pipe
+    from common.cli import quiet_broken_pipe
 
     return quiet_broken_pipe(lambda: _main(argv))
 

@@ -45,7 +45,7 @@ from common.secagg.messages import RosterBody, RoundRef, RoundRefused, b64e
 from common.secagg.params import AggregationParams
 from common.secagg.roster import from_bitmap
 from common.secagg.schemas import BeaconCreate, BeaconDraw, BeaconPending
-from common.signing import load_private_key
+from common.study.signing import load_private_key
 
 __all__ = ["BeaconRecordFile", "beacon_for", "add_parser"]
 

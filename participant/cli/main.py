@@ -77,7 +77,7 @@ def exit_code(exc: BaseException) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (0 when a reader such as ``head`` closed stdout)."""
-    from common.pipes import quiet_broken_pipe
+    from common.cli import quiet_broken_pipe
 
     return quiet_broken_pipe(lambda: _main(argv))
 

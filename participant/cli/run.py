@@ -48,7 +48,7 @@ def released_under(agent: Agent, study: str, version: int) -> bool:
 
 def wait_for_contributors(agent: Agent, study: str, wanted: int, timeout: float) -> int:
     """Poll the model until it has ``wanted`` contributors; return the count seen."""
-    from common.schemas import ModelPublic
+    from common.wire.schemas import ModelPublic
 
     deadline = time.monotonic() + timeout
     with agent.client() as client:

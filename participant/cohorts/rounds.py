@@ -28,8 +28,8 @@ from common.cohorts.mechanism import RoundMechanism
 from common.cohorts.model import CohortModel
 from common.cohorts.protocol import CohortState, RoundProtocol
 from common.cohorts.study import protocol_of
-from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, Conflict
+from common.study.config import StudyConfig
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.options import DataOptions

@@ -8,7 +8,7 @@ worker by :class:`participant.data.reader.DataSource`, so a bad value fails with
 Histograms (``contribute``): a map over partitions (each file streamed chunk by chunk
 through ``participant.data.counts.exact_histograms``) and a tree reduction by exact integer
 summation. The exact counts come back to this process, the participant's own machine, where
-``common.release`` draws the noise once, exactly as the in-process engine does: a worker
+``common.histograms.release`` draws the noise once, exactly as the in-process engine does: a worker
 that dies makes Dask recompute its partition, never the release.
 
 Scores (``score``): a map over partitions computing every detector's score per record, kept
@@ -38,9 +38,9 @@ import pandas as pd
 from distributed import Client, Future, LocalCluster, as_completed
 
 from common.detectors.combine import shares
-from common.grid import GridSpec
-from common.hashing import LSHFamily
-from common.merge import merge_sparse
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import LSHFamily
+from common.histograms.merge import merge_sparse
 from participant.dask.ranks import BUCKET_ROWS, combined_ranks
 from participant.data.counts import ExactCounts, note_malformed
 from participant.data.counts import exact_histograms as stream_histograms

@@ -15,10 +15,10 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from common.config import StudyConfig
-from common.grid import GridSpec
-from common.hashing import LSHFamily
-from common.merge import merge_sparse
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import LSHFamily
+from common.histograms.merge import merge_sparse
+from common.study.config import StudyConfig
 
 log = logging.getLogger("fedod.participant")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 
 
 @dataclass(frozen=True)

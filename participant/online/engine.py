@@ -44,13 +44,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.budget import PrivacyBudget
-from common.config import StudyConfig
 from common.errors import ConfigError
 from common.online.factor import prefix_sums
 from common.online.params import OnlineParams, to_ball
 from common.online.query import bernoulli
 from common.online.schedule import centre_batch, window_batch
 from common.online.wire import CENTRE_FIXED, OnlineGradientCreate, decode_vector, encode_vector
+from common.study.config import StudyConfig
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.online.charge import StreamConfigChanged, reserve_window
 from participant.online.notes import window_key

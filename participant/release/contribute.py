@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from common.budget import PrivacyBudget
-from common.config import StudyConfig
-from common.encoding import encode_release
 from common.errors import InvalidInput
 from common.noise.scale import grid_sensitivity, lsh_sensitivity
-from common.schemas import ContributionCreate
 from common.secagg.params import AggregationParams
+from common.study.config import StudyConfig
+from common.wire.encoding import encode_release
+from common.wire.schemas import ContributionCreate
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.data.counts import ExactCounts, empty_counts, exact_histograms
 from participant.release.flow import Charge, charged_release, or_noise_only
@@ -65,7 +65,7 @@ from participant.state import StateDir, write_private
 log = logging.getLogger("fedod.participant")
 
 if TYPE_CHECKING:  # OpenDP takes ~1 s to import: only where noise is drawn, not on workers
-    from common.release import Release
+    from common.histograms.release import Release
 
 
 class ReleaseSubstituted(InvalidInput):
@@ -113,11 +113,11 @@ def noisy_releases(
 ) -> tuple[Release, Release | None]:
     """Draw the noise, once, scaled for ``rows_per_id`` rows per person (module docstring).
     Only called after the ledger has reserved the cost."""
-    from common.release import release_grid_counts, release_lsh_counts
+    from common.histograms.release import release_grid_counts, release_lsh_counts
 
     p, n = config.privacy, rows_per_id or 1
     # Each cell is clipped to the public per-participant bound the coordinator checks
-    # against (common.release_bounds); clipping one cell is 1-Lipschitz, so the L1
+    # against (common.histograms.release_bounds); clipping one cell is 1-Lipschitz, so the L1
     # sensitivity stays n_tables * n (LSH) and n (grid).
     cap = (config.aggregation or AggregationParams()).max_records
     lsh = release_lsh_counts(np.minimum(exact.lsh, cap),

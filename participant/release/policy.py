@@ -30,9 +30,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from common.budget import PrivacyBudget
-from common.config import StudyConfig
 from common.errors import BudgetExceeded, ConfigError, SchemaMismatch
-from common.release_bounds import MAX_ROWS_PER_ID
+from common.histograms.release_bounds import MAX_ROWS_PER_ID
+from common.study.config import StudyConfig
 from participant.client import CoordinatorClient
 
 if TYPE_CHECKING:
@@ -157,8 +157,9 @@ def check_release_options(
     if rows_per_id > MAX_ROWS_PER_ID:
         raise ValueError(
             f"--rows-per-id {rows_per_id} is above {MAX_ROWS_PER_ID}, the largest the "
-            "coordinator's public poisoning bounds allow for (common.release_bounds): its "
-            "noise would be refused there after the local charge"
+            "coordinator's public poisoning bounds allow for "
+            "(common.histograms.release_bounds): its noise would be refused there after the "
+            "local charge"
         )
     if rows_per_id > 1 and config.grid_layout == "sparse":
         raise ValueError(

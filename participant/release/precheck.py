@@ -37,7 +37,7 @@ from participant.data.spec import DataReport
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from common.config import StudyConfig
+    from common.study.config import StudyConfig
     from participant.data.dataset import DatasetSource
     from participant.data.reader import DataSource
     from participant.options import DataOptions
@@ -54,7 +54,7 @@ def stored_config(study_dir: Path, public_key: Ed25519PublicKey) -> StudyConfig 
     """The signed config last fetched for the study, verified again (signature, expiry,
     digest) under the pinned key; ``None`` if there is none or it no longer verifies."""
     from common.errors import FedodError
-    from common.signing import SignedConfig, verify_config
+    from common.study.signing import SignedConfig, verify_config
 
     path = study_dir / "config.json"
     if not path.is_file():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from common.config import StudyConfig
 from common.detectors import GridKNN, LSHiTables
-from common.encoding import decode_counts, to_dense
 from common.errors import ConfigVersionConflict, CoordinatorUnavailable, NotFound
-from common.schemas import ModelPublic
+from common.study.config import StudyConfig
+from common.wire.encoding import decode_counts, to_dense
+from common.wire.schemas import ModelPublic
 from participant.client import CoordinatorClient
 from participant.state import StateDir, write_private
 

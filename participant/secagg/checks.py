@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from common.config import StudyConfig
 from common.errors import ConfigError
 from common.secagg import participant as proto
 from common.secagg.beacon import verify_beacon
@@ -14,6 +13,7 @@ from common.secagg.draws import check_gap, verify_draw
 from common.secagg.membership import MembershipBody, SignedMembership, verify_membership
 from common.secagg.messages import RoundRef, RoundRefused, raw_ed25519
 from common.secagg.schemas import RoundState
+from common.study.config import StudyConfig
 
 __all__ = ["certified_members", "check_certified_roster", "check_own_draw"]
 

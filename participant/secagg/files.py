@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from common.secagg.identity import sign_identity_proof
 from common.secagg.keys import RoundSecrets, raw_public
 from common.secagg.messages import b64e
-from common.signing import load_private_key, save_private_key
+from common.study.signing import load_private_key, save_private_key
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.state import write_private

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from common.config import StudyConfig
 from common.secagg.vector import NoiseShare, noisy_secure_vector
+from common.study.config import StudyConfig
 from participant.agent import Agent
 from participant.data.counts import empty_counts, exact_histograms
 from participant.options import DataOptions

@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common.detectors import CentroidDetector, GridKNN, LSHiTables  # noqa: E402
 from common.detectors.centroid import private_cohorts  # noqa: E402
 from common.detectors.combine import DetectorPlan, combine, public_weights  # noqa: E402
-from common.grid import GridSpec  # noqa: E402
-from common.hashing import derive_lsh_family  # noqa: E402
-from common.merge import merge_sparse  # noqa: E402
-from common.release import release_grid, release_lsh  # noqa: E402
+from common.histograms.grid import GridSpec  # noqa: E402
+from common.histograms.hashing import derive_lsh_family  # noqa: E402
+from common.histograms.merge import merge_sparse  # noqa: E402
+from common.histograms.release import release_grid, release_lsh  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 DATASETS = ["breastw", "pima", "cardio", "thyroid", "pendigits", "satimage-2", "shuttle"]

@@ -32,7 +32,7 @@ import rules_kit as kit  # noqa: E402
 from common.detectors import GridKNN  # noqa: E402
 from common.detectors.combine import DetectorPlan, combine, public_weights  # noqa: E402
 from common.detectors.rules import grid_rule, lsh_rule  # noqa: E402
-from common.grid import GridSpec, derive_projection  # noqa: E402
+from common.histograms.grid import GridSpec, derive_projection  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 EVAL = 3000

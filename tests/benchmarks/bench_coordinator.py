@@ -61,8 +61,8 @@ import numpy as np
 import sqlalchemy as sa
 from fastapi import FastAPI, Response
 
-from common.encoding import encode_counts
-from common.schemas import ContributionCreate
+from common.wire.encoding import encode_counts
+from common.wire.schemas import ContributionCreate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from coordinator_kit import CoordinatorKit  # noqa: E402

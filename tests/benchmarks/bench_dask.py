@@ -68,7 +68,7 @@ def study_file(features: int) -> Path:
 
 
 def child(kind: str, folder: Path, features: int, workers: int, score: bool) -> dict:
-    from common.config import StudyConfig
+    from common.study.config import StudyConfig
     from participant.data.dataset import DatasetSource
     from participant.data.reader import DataSpec
     from participant.release import contribute as rel

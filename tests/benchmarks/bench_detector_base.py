@@ -3,7 +3,8 @@
 Prints (markdown) the installed size of the distributions PyOD would add to fedod's runtime
 dependencies, and the import times (median of fresh interpreters) of the detectors, of
 scikit-learn's base class, of PyOD's base class on top of the detectors, and of OpenDP's
-prelude against the OpenDP submodules ``common.release`` needs. Needs the test extra (PyOD).
+prelude against the OpenDP submodules ``common.histograms.release`` needs. Needs the test extra
+(PyOD).
 
     .venv/bin/python tests/benchmarks/bench_detector_base.py [--runs 5]
 """
@@ -24,8 +25,8 @@ IMPORTS = {
     "sklearn.base alone": ("pass", "import sklearn.base"),
     "+ pyod.models.base after common.detectors": ("import common.detectors",
                                                   "import pyod.models.base"),
-    "opendp.prelude (common.release before)": ("pass", "import opendp.prelude"),
-    "opendp submodules common.release uses": (
+    "opendp.prelude (common.histograms.release before)": ("pass", "import opendp.prelude"),
+    "opendp submodules common.histograms.release uses": (
         "pass", "import opendp.measurements, opendp.domains, opendp.metrics, opendp.mod"),
 }
 

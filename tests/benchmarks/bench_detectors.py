@@ -34,7 +34,7 @@ from lsh_trailing_kit import digits_one_vs_rest, trailing_probe  # noqa: E402
 
 from common.detectors import GridKNN, LSHiTables  # noqa: E402
 from common.detectors.lsh_itables import PRIVATE_SAMPLE_SIZE, Scoring  # noqa: E402
-from common.hashing import derive_lsh_family  # noqa: E402
+from common.histograms.hashing import derive_lsh_family  # noqa: E402
 from common.noise.laplace import add_discrete_laplace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"

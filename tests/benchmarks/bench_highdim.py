@@ -15,7 +15,7 @@ rows; the feature bounds are the data's min/max, standing in for the study's pub
 - LSHiTables: defaults (m = 100); private: epsilon = 1, public bounds.
 - GridKNN, all features: its defaults (4 bins on every feature, k = 10, max_depth = 3); the
   private release is the sparse thresholded one (epsilon = 1, delta = 1e-6,
-  ``common.release.release_grid``), as a study with that many cells would release it.
+  ``common.histograms.release.release_grid``), as a study with that many cells would release it.
 - GridKNN, projection: 8 bins over 6 random +-1 projections derived from a public seed
   (``projection=6``), 262,144 cells: released densely at epsilon = 1 (pure DP).
 """

@@ -55,7 +55,7 @@ def generate(rows: int, features: int) -> Path:
 
 
 def study(features: int):
-    from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
+    from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 
     feats = [FeatureSpec(name=f"f{i:02d}", lo=-5.0, hi=5.0) for i in range(features)]
     return new_study_config(
@@ -76,7 +76,7 @@ def child_baseline(path: Path) -> dict:
 
 def child_score(path: Path, features: int) -> dict:
     from common.detectors import GridKNN, LSHiTables
-    from common.release import release_grid, release_lsh
+    from common.histograms.release import release_grid, release_lsh
     from participant.data.reader import DataSource, DataSpec
     from participant.scoring.score import score_source
 

@@ -43,7 +43,7 @@ from sklearn.metrics import roc_auc_score
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from common.detectors.lsh_itables import cell_scores  # noqa: E402
-from common.hashing import derive_lsh_family  # noqa: E402
+from common.histograms.hashing import derive_lsh_family  # noqa: E402
 from common.noise import sample_noise_share  # noqa: E402
 from common.noise.laplace import add_discrete_laplace  # noqa: E402
 from common.noise.planning import MAX_TABLES, MIN_TABLES, SIZES, score_snr  # noqa: E402

@@ -47,11 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from common.config import FeatureSpec, PrivacyParams, new_study_config  # noqa: E402
-from common.encoding import encode_release  # noqa: E402
+from common.histograms.release import release_lsh_counts  # noqa: E402
 from common.noise import sample_noise_share  # noqa: E402
-from common.release import release_lsh_counts  # noqa: E402
-from common.schemas import ContributionCreate  # noqa: E402
 from common.secagg import participant as p  # noqa: E402
 from common.secagg import server as s  # noqa: E402
 from common.secagg import view  # noqa: E402
@@ -63,6 +60,9 @@ from common.secagg.messages import RoundRef, b64d, b64e  # noqa: E402
 from common.secagg.params import AggregationParams, modulus_bits  # noqa: E402
 from common.secagg.schemas import BeaconDraw, RoundState  # noqa: E402
 from common.secagg.wire import WIRE  # noqa: E402
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config  # noqa: E402
+from common.wire.encoding import encode_release  # noqa: E402
+from common.wire.schemas import ContributionCreate  # noqa: E402
 
 EPS = Decimal("0.1")
 TARGETS = {100: (30, 150, 2.0), 1000: (60, 2000, 3.0), 10_000: (100, 30_000, 4.0)}

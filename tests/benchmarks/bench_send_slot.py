@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "participant"))
 
 from release_kit import FakeCoordinator  # noqa: E402
 
-from common.config import GridParams, PrivacyParams, new_study_config  # noqa: E402
-from common.signing import key_fingerprint, sign_config  # noqa: E402
+from common.study.config import GridParams, PrivacyParams, new_study_config  # noqa: E402
+from common.study.signing import key_fingerprint, sign_config  # noqa: E402
 from participant.agent import Agent, DataOptions  # noqa: E402
 
 

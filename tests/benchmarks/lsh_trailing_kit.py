@@ -15,7 +15,7 @@ from sklearn.ensemble import IsolationForest
 from sklearn.metrics import roc_auc_score
 
 from common.detectors import LSHiTables
-from common.hashing import LSHFamily
+from common.histograms.hashing import LSHFamily
 
 Loader = Callable[[str], tuple[np.ndarray, np.ndarray]]
 

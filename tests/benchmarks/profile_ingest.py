@@ -34,7 +34,7 @@ from fastapi.testclient import TestClient
 from isal import isal_zlib
 from sqlalchemy import event
 
-from common.schemas import ContributionCreate
+from common.wire.schemas import ContributionCreate
 from coordinator.config import Settings
 from coordinator.db.tables import Base
 from coordinator.main import create_app

@@ -13,8 +13,8 @@ distribution as ``k`` OpenDP draws (``common.noise.laplace``), not a privacy mec
 used here only, to keep thousands of simulated releases cheap.
 
 Families of ``m`` tables are the first ``m`` tables of one ``m_max`` family derived by
-``common.hashing.derive_lsh_family`` (tables are i.i.d. given the seed, so a prefix has the
-distribution of a smaller family); each participant scores with the merged model
+``common.histograms.hashing.derive_lsh_family`` (tables are i.i.d. given the seed, so a prefix has
+the distribution of a smaller family); each participant scores with the merged model
 (``common.detectors.lsh_itables.cell_scores``, ``"mass"``), AUC over an evaluation
 subsample of at most
 ``EVAL_ROWS`` records (every participant scores with the same merged model, so the pooled
@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.detectors.lsh_itables import Scoring, cell_scores
-from common.hashing import LSHFamily, derive_lsh_family
+from common.histograms.hashing import LSHFamily, derive_lsh_family
 
 EVAL_ROWS = 20_000
 M_MAX = 100

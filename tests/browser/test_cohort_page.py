@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from dashboard_kit import release_round
 
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ import pytest
 from dashboard_kit import chart_points, login, release_round, running
 
 from common.budget import plain_decimal as fmt
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

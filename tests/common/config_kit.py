@@ -7,7 +7,13 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from common.config import FeatureSpec, PrivacyParams, StudyConfig, canonical_json, new_study_config
+from common.study.config import (
+    FeatureSpec,
+    PrivacyParams,
+    StudyConfig,
+    canonical_json,
+    new_study_config,
+)
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 FEATURES = [FeatureSpec(name=f"x{i}", lo=0.0, hi=float(i + 1)) for i in range(4)]

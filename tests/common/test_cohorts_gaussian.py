@@ -17,7 +17,6 @@ from common.budget import PrivacyBudget
 from common.cohorts import DPMPlan, leaf_statistics, release_leaves, tree_state
 from common.cohorts.params import CohortParams
 from common.cohorts.study import protocol_for
-from common.config import canonical_json
 from common.noise.gaussian import (
     add_discrete_gaussian,
     declared_delta,
@@ -26,6 +25,7 @@ from common.noise.gaussian import (
     l2_sensitivity,
 )
 from common.noise.scale import discrete_laplace_sd
+from common.study.config import canonical_json
 
 D = 16
 LO, HI = np.full(D, -10.0), np.full(D, 10.0)

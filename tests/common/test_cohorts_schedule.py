@@ -16,7 +16,7 @@ from common.cohorts import KMeansPlan, fit_federated
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import round_weights, split_epsilon
 from common.cohorts.study import protocol_for
-from common.config import canonical_json
+from common.study.config import canonical_json
 
 LO, HI = [-1.0, -1.0], [1.0, 1.0]
 

@@ -10,7 +10,6 @@ import pytest
 
 from common.cohorts.params import CohortParams
 from common.cohorts.plan import split_delta, split_epsilon
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.detectors.centroid import default_bandwidth
 from common.detectors.combine import (
     DetectorPlan,
@@ -22,6 +21,7 @@ from common.detectors.combine import (
 from common.noise.gaussian import histogram_scale
 from common.noise.planning import score_snr
 from common.secagg.params import AggregationParams
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 
 A, B = np.array([1.0, 3.0, 2.0, 4.0]), np.array([40.0, 10.0, 20.0, 30.0])
 

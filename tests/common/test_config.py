@@ -17,14 +17,14 @@ from config_kit import NOW, doc, grid_doc, make
 from pydantic import ValidationError
 
 from common.budget import PrivacyBudget
-from common.config import (
+from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
+from common.study.config import (
     GridParams,
     PrivacyParams,
     StudyConfig,
     canonical_json,
 )
-from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
-from common.signing import (
+from common.study.signing import (
     SignedConfig,
     generate_key,
     key_fingerprint,
@@ -197,7 +197,7 @@ def test_grid_layouts_and_cost() -> None:
 
 
 def test_large_epsilon_warns(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="common.config"):
+    with caplog.at_level(logging.WARNING, logger="common.study.config"):
         make(privacy=PrivacyParams(epsilon_lsh="11"))
     assert "weak privacy" in caplog.text
 

@@ -1,4 +1,4 @@
-"""The delta floor (common.delta_floor): one public ceiling on every delta a config produces.
+"""The delta floor (common.study.delta_floor): one public ceiling on every delta a config produces.
 
 A sparse grid's delta_grid, an online study's delta_gradient and a cohort study's Gaussian
 delta 1/(n sqrt n) are each refused at config check above ``MAX_RELEASE_DELTA``; at the
@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from common.cohorts.params import CohortParams
-from common.config import StudyConfig
-from common.delta_floor import MAX_RELEASE_DELTA, MIN_DECLARED_N, check_delta, min_declared_n
 from common.noise.gaussian import declared_delta
 from common.online import OnlineParams
+from common.study.config import StudyConfig
+from common.study.delta_floor import MAX_RELEASE_DELTA, MIN_DECLARED_N, check_delta, min_declared_n
 
 ABOVE = str(MAX_RELEASE_DELTA + Decimal("1e-18"))
 

@@ -31,7 +31,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler
 
 from common.detectors import BaseDetector, LSHiTables, NotFittedError
-from common.hashing import derive_lsh_family
+from common.histograms.hashing import derive_lsh_family
 
 PRIVATE = {"lsh-private", "grid-private", "centroid-private"}  # fresh OpenDP noise on every fit
 EXTREMES = [[9.9, 9.9], [-9.9, 9.9], [0.0, 0.0]]  # beyond the training scores' range

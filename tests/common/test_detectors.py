@@ -13,12 +13,12 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 import common.detectors.lsh_itables as lsh_module
-import common.release as release_module
+import common.histograms.release as release_module
 from common.detectors import BaseDetector, GridKNN, LSHiTables, NotFittedError
 from common.detectors.grid_scores import knn_grid_scores
 from common.detectors.lsh_itables import _subsample_histogram, cell_scores
-from common.grid import GridSpec
-from common.hashing import derive_lsh_family
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import derive_lsh_family
 from common.noise.laplace import add_discrete_laplace
 
 DATASETS = Path(__file__).parents[3] / "shared" / "datasets"

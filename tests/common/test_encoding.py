@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from pydantic import ValidationError
 
-from common.cellkeys import ints_from_keys, key_words, keys_from_ints
-from common.encoding import (
+from common.errors import PayloadInvalid, PayloadTooLarge
+from common.histograms.cellkeys import ints_from_keys, key_words, keys_from_ints
+from common.histograms.merge import merge_sparse, merge_sum
+from common.noise.laplace import add_discrete_laplace
+from common.wire.encoding import (
     EncodedCounts,
     check_counts,
     decode_counts,
@@ -23,9 +26,6 @@ from common.encoding import (
     to_dense,
     validated_json,
 )
-from common.errors import PayloadInvalid, PayloadTooLarge
-from common.merge import merge_sparse, merge_sum
-from common.noise.laplace import add_discrete_laplace
 
 I64 = np.iinfo(np.int64)
 int_vectors = hnp.arrays(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.grid import GridSpec
+from common.histograms.grid import GridSpec
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from common.hashing import LSHFamily, derive_lsh_family
+from common.histograms.hashing import LSHFamily, derive_lsh_family
 
 SEED = bytes(range(32))
 LO = [0.0, -1.0, 10.0]

@@ -1,4 +1,4 @@
-"""The poisoning bounds of independent LSH/grid releases (common.release_bounds): honest
+"""The poisoning bounds of independent LSH/grid releases (common.histograms.release_bounds): honest
 releases drawn with the real mechanisms at the extremes of the public parameters always pass;
 a release one past a bound is refused naming it; sums at the bound cannot wrap."""
 
@@ -9,12 +9,10 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from common.config import new_study_config
 from common.errors import PayloadInvalid, ReleaseOutOfBounds
-from common.merge import merge_sum
-from common.params import FeatureSpec, GridParams, PrivacyParams
-from common.release import release_grid_counts, release_lsh_counts
-from common.release_bounds import (
+from common.histograms.merge import merge_sum
+from common.histograms.release import release_grid_counts, release_lsh_counts
+from common.histograms.release_bounds import (
     MAX_ROWS_PER_ID,
     _check_totals,
     check_grid,
@@ -22,6 +20,8 @@ from common.release_bounds import (
     release_bounds,
 )
 from common.secagg.params import AggregationParams
+from common.study.config import new_study_config
+from common.study.params import FeatureSpec, GridParams, PrivacyParams
 
 FEATURES = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(3)]
 
@@ -169,7 +169,7 @@ def test_sums_at_the_bound_cannot_wrap(records):
 def test_table_totals_are_exact_past_int64():
     """The exact path (taken when a total might leave int64) agrees with the int64 one and
     keeps sums the int64 one would wrap."""
-    from common.release_bounds import _totals
+    from common.histograms.release_bounds import _totals
 
     config = _config("0.5", records=2**40)
     bounds = release_bounds(config)
@@ -186,12 +186,13 @@ def test_table_totals_are_exact_past_int64():
 def test_bounds_scale_is_at_least_the_calibrated_scale(eps: str, sensitivity: int) -> None:
     """The tails are sized for a scale no smaller than the one the mechanism draws with
     (rounded up past the exact quotient and nudged until OpenDP's map fits epsilon)."""
+    from common.histograms.release_bounds import _scale
     from common.noise import laplace
-    from common.release_bounds import _scale
+    from common.noise.scale import laplace_scale_up
 
     e = Decimal(eps)
     _, calibrated = laplace._fit_map(lambda scale: laplace.dpm.make_laplace(
         laplace.dpd.vector_domain(laplace.dpd.atom_domain(T="i64")),
         laplace.dpx.l1_distance(T="i64"), scale=scale),
-        laplace._scale(sensitivity, e), sensitivity, e)
+        laplace_scale_up(sensitivity, e), sensitivity, e)
     assert _scale(sensitivity, e) >= calibrated >= sensitivity / float(e)

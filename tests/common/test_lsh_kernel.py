@@ -8,7 +8,7 @@ import pytest
 from common.detectors import LSHiTables
 from common.detectors.lsh_itables import column_bounds
 from common.detectors.lsh_kernel import FastScorer, _ranker, scorer
-from common.hashing import LSHFamily, derive_lsh_family
+from common.histograms.hashing import LSHFamily, derive_lsh_family
 
 
 def _awkward_rows(family: LSHFamily, lo: np.ndarray, hi: np.ndarray, n: int,

@@ -165,7 +165,7 @@ def test_stream_centring_release_on_neighbouring_windows(other: np.ndarray | Non
 def test_configs_signed_before_centring_keep_their_canonical_form() -> None:
     """``centre_window`` is omitted from the JSON when null: an online section signed before
     it re-canonicalises to the same bytes, so its signature still verifies."""
-    from common.config import canonical_json
+    from common.study.config import canonical_json
 
     old = {"dim": 3, "window_slots": 20}
     assert canonical_json(OnlineParams.model_validate(old)) == canonical_json(

@@ -11,13 +11,13 @@ import pytest
 from online_kit import ALPHA, hockey_stick
 from scipy import stats
 
-from common.canonical import canonical_json, parse_canonical
 from common.noise.gradient import GradientNoise, gaussian_scale, make_gradient_noise
 from common.online import OnlineParams, to_ball
 from common.online.factor import column_norm
 from common.online.ftrl import FTRLConfig, OnlineFTRL, ftrl_weights
 from common.online.params import SIGNED_AT
 from common.online.tree import TreeAggregator, lowbit, node_weights, tree_height, tree_noise
+from common.study.canonical import canonical_json, parse_canonical
 
 RNG = np.random.default_rng(5)  # data only; never privacy noise
 

@@ -12,7 +12,6 @@ import pytest
 from online_kit import hockey_stick
 from pydantic import ValidationError
 
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.online import (
     OnlineConfig,
     OnlineParams,
@@ -22,6 +21,7 @@ from common.online import (
     to_ball,
 )
 from common.online.wire import decode_vector, encode_vector
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 
 FEATURES = [FeatureSpec(name=n, lo=0.0, hi=2.0) for n in ("a", "b")]
 

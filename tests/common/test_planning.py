@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from common.hashing import derive_lsh_family
+from common.histograms.hashing import derive_lsh_family
 from common.noise import charged_epsilon, honest_minimum, min_survivors
 from common.noise.planning import (
     config_noise_warning,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from common import release as rel
 from common.budget import PrivacyBudget
-from common.encoding import decode_counts, encode_release
-from common.grid import GridSpec
-from common.hashing import derive_lsh_family
+from common.histograms import release as rel
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import derive_lsh_family
+from common.histograms.release import Release, release_grid, release_lsh
 from common.noise.laplace import make_count_noise, make_threshold_noise, threshold_delta
-from common.release import Release, release_grid, release_lsh
+from common.wire.encoding import decode_counts, encode_release
 
 ALPHA = 1e-4
 """Significance of the calibration tests: a correct sampler fails once in 10 000 runs."""
@@ -165,7 +165,7 @@ def test_release_validates_shape() -> None:
 
 
 def test_release_from_accumulated_counts_checks_shape_and_carries_cost() -> None:
-    from common.release import release_grid_counts, release_lsh_counts
+    from common.histograms.release import release_grid_counts, release_lsh_counts
 
     lsh = release_lsh_counts(np.zeros(40, dtype=np.int64), 10, "0.5")
     assert lsh.n_cells == 40 and lsh.cost == PrivacyBudget("0.5")

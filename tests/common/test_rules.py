@@ -17,7 +17,7 @@ from common.detectors.rules import (
     occupied_snr,
     study_lsh,
 )
-from common.schemas import StudyCreate
+from common.wire.schemas import StudyCreate
 from coordinator.services.studies import grid_for, lsh_tables_for, scoring_for
 from simulation import demo_data as dd
 from simulation.hospitals import study_request

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from common import schemas
-from common.encoding import encode_counts
+from common.wire import schemas
+from common.wire.encoding import encode_counts
 
 COUNTS = encode_counts(np.arange(8), n_cells=8).model_dump(mode="json")
 CONTRIBUTION: dict[str, Any] = {

@@ -31,7 +31,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.secagg import answers, graph
 from common.secagg import participant as p
 from common.secagg.beacon import sign_beacon
@@ -66,6 +65,7 @@ from common.secagg.wire import (
     SEALED_SHARE_BYTES,
     ack_tag,
 )
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 from participant.secagg.checks import check_certified_roster
 
 N, K_BITS, CELLS = 10, 32, 24

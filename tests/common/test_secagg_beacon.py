@@ -10,7 +10,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_kit import DIGEST, Cohort
 
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.secagg.beacon import (
     BEACON_ATTEMPTS,
     BeaconRecord,
@@ -25,6 +24,7 @@ from common.secagg.membership import MembershipBody, sign_membership
 from common.secagg.messages import RoundRef, RoundRefused, b64d, b64e
 from common.secagg.params import AggregationParams
 from common.secagg.schemas import BeaconDraw, RoundState
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 from participant.secagg.checks import check_certified_roster
 
 REF = RoundRef(study_id="s1", round=3, attempt=2)

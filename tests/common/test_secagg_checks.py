@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.errors import SecureSumRejected
 from common.noise import sample_noise_share
 from common.secagg.checks import check_secure_sum, sum_bounds
 from common.secagg.vector import noisy_secure_vector
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 
 FEATURES = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(4)]
 N = 5

@@ -7,9 +7,15 @@ from decimal import Decimal
 import pytest
 from pydantic import ValidationError
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, canonical_json, new_study_config
 from common.secagg.params import NOISE_TAIL_NATS, AggregationParams, modulus_bits
-from common.signing import generate_key, sign_config, verify_config
+from common.study.config import (
+    FeatureSpec,
+    GridParams,
+    PrivacyParams,
+    canonical_json,
+    new_study_config,
+)
+from common.study.signing import generate_key, sign_config, verify_config
 
 FEATURES = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(3)]
 PRIVACY = PrivacyParams(epsilon_lsh=Decimal("0.1"))

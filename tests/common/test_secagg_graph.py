@@ -216,9 +216,9 @@ def test_the_graph_failure_probability_is_charged_as_delta():
     a member between two of its releases; rounded up to 1e-18) to the delta of every secure
     release; the complete
     graph, or colluders fewer than the degree, add 0."""
-    from common.config import FeatureSpec, PrivacyParams, new_study_config
     from common.secagg.draws import BEACON_DRAWS
     from common.secagg.params import AggregationParams
+    from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 
     feats = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(3)]
     for (n, d, t), delta in [((1000, 50, 50), "7.10574E-13"), ((100, 5, 5), "0"),

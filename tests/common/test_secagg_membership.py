@@ -170,7 +170,7 @@ def test_an_unmask_request_without_acknowledgements_is_refused():
 
 
 def _config(cohort: Cohort):
-    from common.config import FeatureSpec, PrivacyParams, new_study_config
+    from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 
     return new_study_config("s1", [FeatureSpec(name="x", lo=0.0, hi=1.0)], n_tables=2,
                             privacy=PrivacyParams(epsilon_lsh="1"), aggregation=cohort.params)

@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 from secagg_kit import max_log_ratio
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.noise import sample_noise_share
 from common.secagg.params import AggregationParams, modulus_bits
 from common.secagg.vector import noisy_secure_vector, secure_parts, split_secure_sum
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 
 FEATURES = [FeatureSpec(name=f"x{i}", lo=0.0, hi=1.0) for i in range(4)]
 

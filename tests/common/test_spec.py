@@ -7,7 +7,7 @@ import json
 import pytest
 
 from common.errors import InvalidInput
-from common.spec import (
+from common.study.spec import (
     COHORT_PLACEHOLDER,
     HI_PLACEHOLDER,
     LO_PLACEHOLDER,

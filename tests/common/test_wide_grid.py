@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from common.cellkeys import (
+from common.detectors.grid_knn import GridKNN
+from common.detectors.grid_scores import knn_grid_scores
+from common.histograms.cellkeys import (
     MAX_KEY_BITS,
     ints_from_keys,
     key_strings,
@@ -21,14 +23,18 @@ from common.cellkeys import (
     keys_problem,
     union_keys,
 )
-from common.config import FeatureSpec, GridParams, PrivacyParams, StudyConfig, new_study_config
-from common.detectors.grid_knn import GridKNN
-from common.detectors.grid_scores import knn_grid_scores
-from common.encoding import decode_counts, encode_release
-from common.grid import GridSpec, derive_projection
-from common.hashing import derive_lsh_family
-from common.merge import merge_sparse
-from common.release import release_grid, release_lsh
+from common.histograms.grid import GridSpec, derive_projection
+from common.histograms.hashing import derive_lsh_family
+from common.histograms.merge import merge_sparse
+from common.histograms.release import release_grid, release_lsh
+from common.study.config import (
+    FeatureSpec,
+    GridParams,
+    PrivacyParams,
+    StudyConfig,
+    new_study_config,
+)
+from common.wire.encoding import decode_counts, encode_release
 
 SEED = bytes(range(32))
 
@@ -194,8 +200,8 @@ def test_grid_knn_projection_depends_on_the_seed_only() -> None:
 
 
 def test_projection_is_signed_and_absent_from_older_payloads() -> None:
-    from common.config import canonical_json
-    from common.signing import generate_key, sign_config, verify_config
+    from common.study.config import canonical_json
+    from common.study.signing import generate_key, sign_config, verify_config
 
     key = generate_key()
     plain = study(5, 4, cell_limit=10)

@@ -13,7 +13,7 @@ from secagg_honest import honest_vector
 from secagg_http import Env, Hospital
 from sqlalchemy import create_engine
 
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 from coordinator.config import Settings
 from coordinator.db.tables import Base
 from coordinator.main import create_app

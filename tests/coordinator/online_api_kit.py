@@ -7,7 +7,7 @@ from coordinator_kit import ADMIN
 
 from common.online import OnlineParams
 from common.online.wire import encode_vector
-from common.signing import SignedConfig
+from common.study.signing import SignedConfig
 
 ONLINE = {"dim": 4, "batch": 5, "step_releases": 2, "lam": 0.1, "window_seconds": 60,
           "algorithm": "flmb"}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from common.errors import SignatureInvalid
-from common.signing import SignedConfig, public_key_from_pem, verify_config
+from common.study.signing import SignedConfig, public_key_from_pem, verify_config
 from coordinator.cli.main import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, build_parser, main
 
 

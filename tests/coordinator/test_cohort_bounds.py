@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.cohorts.protocol import CohortState
-from common.config import StudyConfig
+from common.study.config import StudyConfig
 from coordinator.db.cohorts import CohortRelease
 from coordinator.db.tables import Base
 

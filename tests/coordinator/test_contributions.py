@@ -11,7 +11,7 @@ import pytest
 from api_kit import model_lsh
 from coordinator_kit import ADMIN
 
-from common.encoding import encode_counts
+from common.wire.encoding import encode_counts
 
 URL = "/v1/studies/s1/contributions"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from coordinator_kit import ADMIN
 
-from common.encoding import EncodedCounts, decode_counts
+from common.wire.encoding import EncodedCounts, decode_counts
 
 
 def model_of(client, study_id, headers=ADMIN) -> dict:
@@ -71,7 +71,7 @@ def test_sparse_grid_replacement_drops_cells_only_the_old_release_had(
         idx, vals = decode_counts(enc, expected_cells=enc.n_cells)
         expected = np.zeros(enc.n_cells, dtype=np.int64)
         for cells, values in releases.values():
-            np.add.at(expected, cells[:, 0], values)  # one-word keys (common.cellkeys)
+            np.add.at(expected, cells[:, 0], values)  # one-word keys (common.histograms.cellkeys)
         assert idx is not None and idx.shape[1] == 1
         np.testing.assert_array_equal(idx[:, 0], np.flatnonzero(expected))
         np.testing.assert_array_equal(vals, expected[idx[:, 0]])

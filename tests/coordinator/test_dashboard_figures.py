@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from common.config import new_study_config
+from common.study.config import new_study_config
 from coordinator.dashboard.figures import contributors_text, cost_items, spread, study_kind
 
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]
 
 
 def _config(**sections):
-    from common.config import FeatureSpec, PrivacyParams, StudyConfig
+    from common.study.config import FeatureSpec, PrivacyParams, StudyConfig
 
     base = new_study_config("s", [FeatureSpec(**f) for f in FEATURES], n_tables=5,
                             privacy=PrivacyParams(epsilon_lsh=Decimal(1)))

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from common.config import StudyConfig
-from common.encoding import encode_counts, validated_json
 from common.errors import PayloadInvalid
+from common.study.config import StudyConfig
+from common.wire.encoding import encode_counts, validated_json
 from coordinator.services import aggregate
 
 

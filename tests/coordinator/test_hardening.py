@@ -117,7 +117,7 @@ def race(n, make):
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # SQLite serialises writers
 def test_concurrent_creation_answers_conflict_not_500(app, coord_kit):
     from common.budget import PrivacyBudget
-    from common.schemas import StudyCreate
+    from common.wire.schemas import StudyCreate
     from coordinator.services.participants import create_participant
     from coordinator.services.studies import add_member, create_study
 

@@ -1,5 +1,5 @@
 """``fedod-... | head``: a reader that closes the pipe early ends the command quietly (exit 0,
-no 'Broken pipe' error), for every console script (they share common.pipes)."""
+no 'Broken pipe' error), for every console script (they share common.cli)."""
 
 from __future__ import annotations
 
@@ -34,13 +34,13 @@ def test_study_template_into_a_closed_pipe(tmp_path):
 @pytest.mark.parametrize("module", ["participant.cli.main", "simulation.main",
                                     "participant.cli.consortium"])
 def test_every_entry_point_is_wrapped(module):
-    """Each entry point runs its command through common.pipes.quiet_broken_pipe."""
+    """Each entry point runs its command through common.cli.quiet_broken_pipe."""
     source = Path(__import__(module, fromlist=["main"]).__file__).read_text()
     assert "quiet_broken_pipe(lambda: _main(argv))" in source
 
 
 def test_quiet_broken_pipe_in_a_real_pipe():
-    script = ("import sys\nfrom common.pipes import quiet_broken_pipe\n"
+    script = ("import sys\nfrom common.cli import quiet_broken_pipe\n"
               "def run():\n    for _ in range(200_000):\n        print('x' * 80)\n    return 5\n"
               "sys.exit(quiet_broken_pipe(run))\n")
     code, err = _read_one_line_then_close([sys.executable, "-c", script])

@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from online_api_kit import URL, body, create_study
 
-from common.cellkeys import key_words, keys_from_ints
-from common.encoding import EncodedCounts, decode_counts, encode_counts
+from common.histograms.cellkeys import key_words, keys_from_ints
+from common.histograms.release_bounds import release_bounds
 from common.online import OnlineParams
 from common.online.bounds import online_release_bound
 from common.online.wire import decode_vector
-from common.release_bounds import release_bounds
+from common.wire.encoding import EncodedCounts, decode_counts, encode_counts
 
 GRIDS = {
     "lsh": None,

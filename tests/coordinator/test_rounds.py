@@ -9,12 +9,12 @@ from coordinator_kit import ADMIN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_honest import honest_vector
 
-from common.encoding import decode_counts
-from common.schemas import ModelPublic
 from common.secagg import participant as proto
 from common.secagg import view
 from common.secagg.messages import RoundRef
 from common.secagg.wire import sign_frame
+from common.wire.encoding import decode_counts
+from common.wire.schemas import ModelPublic
 
 
 def _open(client):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from coordinator_kit import ADMIN
 
-from common.signing import SignedConfig, public_key_from_pem, verify_config
+from common.study.signing import SignedConfig, public_key_from_pem, verify_config
 
 
 def test_study_config_is_signed_by_the_served_key(client, make_study, coord_kit):

@@ -10,9 +10,9 @@ import zlib
 import numpy as np
 from coordinator_kit import ADMIN
 
-from common.cellkeys import ints_from_keys, keys_from_ints
-from common.config import StudyConfig
-from common.encoding import EncodedCounts, decode_counts, encode_counts
+from common.histograms.cellkeys import ints_from_keys, keys_from_ints
+from common.study.config import StudyConfig
+from common.wire.encoding import EncodedCounts, decode_counts, encode_counts
 
 
 def test_wide_sparse_grid_merges_across_participants(client, make_participant, make_study,

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import sqlalchemy as sa
 
-from common.encoding import EncodedCounts, decode_counts
+from common.wire.encoding import EncodedCounts, decode_counts
 from coordinator.db.tables import Contribution, LedgerEntry, Participant
 
 N_PARTICIPANTS = 20

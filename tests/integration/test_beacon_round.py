@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_honest import honest_vector
 from secagg_http import Env, Hospital, Member
 
-from common.encoding import EncodedCounts, decode_counts
 from common.secagg.membership import MembershipBody, sign_membership
-from common.signing import load_private_key, save_private_key
+from common.study.signing import load_private_key, save_private_key
+from common.wire.encoding import EncodedCounts, decode_counts
 from participant.cli.consortium import raw_key
 
 BIN = Path(sys.executable).parent

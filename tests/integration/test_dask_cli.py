@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.encoding import EncodedCounts
+from common.wire.encoding import EncodedCounts
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": n, "lo": 0.0, "hi": 10.0} for n in ("age", "bp", "chol")]

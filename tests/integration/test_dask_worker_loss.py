@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 from distributed import Client, WorkerPlugin
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.detectors import GridKNN, LSHiTables
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from participant.agent import Agent, DataOptions
 from participant.dask.engine import local_cluster, score_dataset
 from participant.data.dataset import open_source

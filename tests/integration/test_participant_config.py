@@ -9,9 +9,9 @@ import httpx
 import numpy as np
 import pytest
 
-from common.config import StudyConfig
 from common.errors import ConfigDowngrade, ConfigError, ConfigExpired, SignatureInvalid
-from common.signing import SignedConfig, generate_key, key_fingerprint, sign_config
+from common.study.config import StudyConfig
+from common.study.signing import SignedConfig, generate_key, key_fingerprint, sign_config
 from participant.agent import Agent, DataOptions
 from participant.cli.main import exit_code
 

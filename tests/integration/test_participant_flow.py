@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 import pytest
 from participant_cli_kit import N_ROWS, new_study, run_cli, write_data
 
-from common.encoding import EncodedCounts, decode_counts
+from common.wire.encoding import EncodedCounts, decode_counts
 
 
 def test_full_run_sends_only_noisy_histograms(participant_coordinator, recording_proxy, tmp_path):

@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_http import certify_states
 
-from common.encoding import decode_counts
+from common.wire.encoding import decode_counts
 from participant.cli.consortium import raw_key
 from participant.cli.main import EXIT_CONFIG
 
@@ -128,7 +128,7 @@ class Cohort:
 
     def model(self, part: str = "lsh") -> tuple[dict, np.ndarray]:
         doc = self.coord.admin("GET", f"/v1/studies/{self.study}/model")
-        from common.encoding import EncodedCounts
+        from common.wire.encoding import EncodedCounts
 
         enc = EncodedCounts.model_validate(doc[part])
         return doc, decode_counts(enc, expected_cells=enc.n_cells)[1]

@@ -132,7 +132,7 @@ def test_coordinator_refuses_bad_gradient_releases_and_replays_identical_ones(
     study = coord.new_study("st-wire", FEATURES, members=["hosp-st-wire"], lsh={"n_tables": 5},
                             privacy={"epsilon_lsh": "1"}, online=ONLINE)
     signed = study["config"]
-    from common.signing import SignedConfig
+    from common.study.signing import SignedConfig
 
     digest = SignedConfig.model_validate(signed).digest()
     cost = OnlineParams(**ONLINE).epoch_cost()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
-from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
+from common.study.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant.agent import Agent
 
 FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]

@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 
 from common.budget import PrivacyBudget
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.online import OnlineParams
 from common.online.wire import encode_vector
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 from participant.client import CoordinatorBudget, CoordinatorClient, CoordinatorRefused
 from participant.online.engine import Streamer
 from participant.online.store import StreamStore

@@ -17,8 +17,8 @@ from common.budget import PrivacyBudget
 from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_of
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import ConfigError, ReleaseOutOfBounds
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 from participant.agent import Agent, DataOptions
 from participant.cohorts import rounds as part
 from participant.release import policy

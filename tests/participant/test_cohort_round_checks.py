@@ -8,8 +8,8 @@ from common.budget import PrivacyBudget
 from common.cohorts.params import CohortParams
 from common.cohorts.protocol import CohortState
 from common.cohorts.study import protocol_for
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import BudgetExceeded, ConfigError
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 from participant.cohorts.rounds import _check_round
 
 CONFIG = new_study_config(

@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg.messages import b64e
-from common.signing import public_key_pem
+from common.study.signing import public_key_pem
 from participant.cli.consortium import load_consortium_key, main, raw_key
 
 

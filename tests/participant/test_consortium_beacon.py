@@ -126,7 +126,7 @@ def test_help_names_every_option(capsys):
 def test_an_unreachable_address_is_a_clear_error(study, tmp_path, capsys):
     _, membership, key = study
     (tmp_path / "m.json").write_text(membership.model_dump_json())
-    from common.signing import save_private_key
+    from common.study.signing import save_private_key
 
     save_private_key(key, tmp_path / "k.pem")
     code = main(["beacon", "--key", str(tmp_path / "k.pem"), "--coordinator", "nowhere",

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from release_kit import FEATS, FakeCoordinator, agent_for
 
 from common.budget import PrivacyBudget
-from common.config import GridParams, PrivacyParams, new_study_config
-from common.encoding import EncodedCounts, decode_counts
 from common.errors import BudgetExceeded, CoordinatorUnavailable, SchemaMismatch
-from common.merge import merge_sparse
-from common.signing import key_fingerprint
+from common.histograms.merge import merge_sparse
+from common.study.config import GridParams, PrivacyParams, new_study_config
+from common.study.signing import key_fingerprint
+from common.wire.encoding import EncodedCounts, decode_counts
 from participant.agent import Agent, DataOptions
 from participant.cli.main import exit_code
 from participant.client import CoordinatorRefused
@@ -203,7 +203,7 @@ def test_status_exits_non_zero_when_the_coordinator_cannot_be_asked(tmp_path, ca
 def test_counts_are_clipped_to_the_public_max_records_before_the_noise(monkeypatch, dense):
     """A cell past ``aggregation.max_records`` is released as if it held exactly that many
     records, so an honest large participant stays inside the coordinator's poisoning bound."""
-    from common import release
+    from common.histograms import release
     from common.secagg.params import AggregationParams
 
     config = new_study_config(

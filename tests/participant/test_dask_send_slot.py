@@ -8,7 +8,7 @@ import httpx
 import pytest
 from release_kit import FakeCoordinator
 
-from common.signing import key_fingerprint
+from common.study.signing import key_fingerprint
 from participant.agent import Agent, DataOptions
 from participant.dask import engine as engine_dask
 

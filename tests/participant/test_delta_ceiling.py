@@ -17,10 +17,10 @@ from release_kit import FakeCoordinator
 
 from common.budget import PrivacyBudget
 from common.cohorts.params import CohortParams
-from common.config import GridParams
 from common.errors import BudgetExceeded
 from common.online import OnlineParams
-from common.signing import key_fingerprint
+from common.study.config import GridParams
+from common.study.signing import key_fingerprint
 from participant.agent import Agent, DataOptions
 from participant.release import policy
 from participant.state import DEFAULT_MAX_RELEASE_DELTA, Enrolment, StateDir

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from distributed import Client
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from common.detectors import GridKNN, LSHiTables
 from common.detectors.combine import combine, shares
 from common.errors import SchemaMismatch
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from participant.dask import engine as engine_dask
 from participant.dask import ranks as dask_ranks
 from participant.data.dataset import DatasetSource, dataset_files, open_source

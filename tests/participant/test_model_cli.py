@@ -9,8 +9,6 @@ import httpx
 import numpy as np
 import pytest
 
-from common.config import FeatureSpec, PrivacyParams, new_study_config
-from common.encoding import encode_counts
 from common.errors import (
     ConfigDowngrade,
     ConfigVersionConflict,
@@ -18,6 +16,8 @@ from common.errors import (
     PayloadInvalid,
     SchemaMismatch,
 )
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
+from common.wire.encoding import encode_counts
 from participant.cli.main import exit_code, main
 from participant.client import CoordinatorClient, CoordinatorRefused
 from participant.progress import Progress

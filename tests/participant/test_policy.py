@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from release_kit import FEATS, FakeCoordinator, agent_for
 
 from common.budget import PrivacyBudget
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
-from common.encoding import EncodedCounts, decode_counts
 from common.errors import BudgetExceeded, SchemaMismatch
-from common.signing import sign_config
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
+from common.study.signing import sign_config
+from common.wire.encoding import EncodedCounts, decode_counts
 from participant import state as state_mod
 from participant.agent import Agent, DataOptions
 from participant.cli.main import exit_code
@@ -104,7 +104,7 @@ def test_post_goes_out_at_the_slot_whatever_the_reading_time(
 
 
 def fake_fp(fake):
-    from common.signing import key_fingerprint
+    from common.study.signing import key_fingerprint
 
     return key_fingerprint(fake.key)
 

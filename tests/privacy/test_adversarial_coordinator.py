@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
-from common.encoding import decode_counts, encode_counts
-from common.schemas import ContributionCreate
-from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
+from common.study.signing import generate_key, key_fingerprint, public_key_pem, sign_config
+from common.wire.encoding import decode_counts, encode_counts
+from common.wire.schemas import ContributionCreate
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 SLOT = 0.5

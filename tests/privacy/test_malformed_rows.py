@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from common.cohorts.params import CohortParams
 from common.cohorts.study import protocol_of
-from common.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
+from common.study.config import FeatureSpec, GridParams, PrivacyParams, new_study_config
 from participant.agent import DataOptions
 from participant.cohorts import rounds as cohort_release
 from participant.dask import engine as engine_dask

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from common.config import FeatureSpec, PrivacyParams, new_study_config
 from common.errors import CoordinatorUnavailable, SignatureInvalid
 from common.secagg import participant as proto
 from common.secagg import server
@@ -25,7 +24,8 @@ from common.secagg.params import AggregationParams
 from common.secagg.roster import VerifiedRoster
 from common.secagg.schemas import RoundState
 from common.secagg.wire import WIRE
-from common.signing import generate_key, key_fingerprint, public_key_pem, sign_config
+from common.study.config import FeatureSpec, PrivacyParams, new_study_config
+from common.study.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant.agent import Agent, DataOptions
 from participant.cli.commands import pin_consortium_key
 from participant.cli.consortium import certify, raw_key

@@ -31,12 +31,12 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
-from common import release as rel
-from common.cellkeys import ints_from_keys, keys_from_ints
-from common.grid import GridSpec
-from common.hashing import derive_lsh_family
+from common.histograms import release as rel
+from common.histograms.cellkeys import ints_from_keys, keys_from_ints
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import derive_lsh_family
+from common.histograms.release import Release, release_grid_counts, release_lsh_counts
 from common.noise.laplace import threshold_delta
-from common.release import Release, release_grid_counts, release_lsh_counts
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets" / "breastw.npz"
 EPS = "1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from common.schemas import BudgetPublic
+from common.wire.schemas import BudgetPublic
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, ReadSessionDep
 from coordinator.ledger.views import all_budgets

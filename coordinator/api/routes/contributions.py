@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded
-from common.schemas import ContributionCreate, ContributionPublic
+from common.wire.schemas import ContributionCreate, ContributionPublic
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import ParticipantToken, member_or_admin
 from coordinator.config import Settings

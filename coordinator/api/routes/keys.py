@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from common.schemas import KeyPublic
+from common.wire.schemas import KeyPublic
 from coordinator.api.deps import KeysDep
 
 router = APIRouter(tags=["keys"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Header, Request, Response, status
 from sqlalchemy.orm import Session
 
-from common.schemas import ModelPublic
+from common.wire.schemas import ModelPublic
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import Credentials, member_or_admin, reader_token
 from coordinator.api.onehop import in_one_hop

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from common.budget import PrivacyBudget
-from common.schemas import (
+from common.wire.schemas import (
     BudgetPublic,
     ParticipantCreate,
     ParticipantCreated,

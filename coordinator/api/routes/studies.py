@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from common.schemas import MemberAdd, StudyCreate, StudyPublic
-from common.signing import SignedConfig
+from common.study.signing import SignedConfig
+from common.wire.schemas import MemberAdd, StudyCreate, StudyPublic
 from coordinator.api.auth_route import AuthFirstRoute
 from coordinator.api.deps import AdminDep, KeysDep, ReadSessionDep, SessionDep, StudyReader
 from coordinator.services import studies

@@ -2,7 +2,7 @@
 
 Inputs (``*Create``, ``MemberAdd``, ``ParticipantUpdate``) forbid unknown fields; epsilon and
 delta travel as decimal strings (never floats, see :mod:`common.budget`); counts travel as
-:class:`~common.encoding.EncodedCounts`.
+:class:`~common.wire.encoding.EncodedCounts`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.cohorts.params import CohortParams
-from common.encoding import EncodedCounts
 from common.online.params import OnlineParams
-from common.params import (
+from common.secagg.params import AggregationParams
+from common.study.params import (
     MAX_DELTA,
     Delta,
     Epsilon,
@@ -27,8 +27,8 @@ from common.params import (
     SampleSize,
     StudyId,
 )
-from common.secagg.params import AggregationParams
-from common.signing import SignedConfig
+from common.study.signing import SignedConfig
+from common.wire.encoding import EncodedCounts
 
 __all__ = [
     "Name",

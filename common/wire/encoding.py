@@ -2,11 +2,11 @@
 
 Dense vectors send every cell; sparse ones (a thresholded grid) send the sorted cell keys
 followed by the values. A key is ``W = key_words(n_cells)`` ``<i8`` words, most significant
-first (:mod:`common.cellkeys`): for grids of at most ``2**63`` cells ``W = 1`` and a key is
-the plain ``<i8`` cell index, so the format of small grids is unchanged; wider grids (up to
+first (:mod:`common.histograms.cellkeys`): for grids of at most ``2**63`` cells ``W = 1`` and a key
+is the plain ``<i8`` cell index, so the format of small grids is unchanged; wider grids (up to
 ``2**8064`` cells, e.g. 4 bins over 784 features) just have longer keys. The SHA-256
 digest covers the *decompressed* bytes. Decoding is defensive: it bounds the base64 text
-and the decompressed size before doing any work (no zip bombs; :mod:`common.inflate`), and
+and the decompressed size before doing any work (no zip bombs; :mod:`common.wire.inflate`), and
 every failure is a :class:`~common.errors.PayloadInvalid` that says what is wrong.
 """
 
@@ -22,12 +22,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from common.cellkeys import MAX_KEY_BITS, as_keys, key_words, keys_problem
 from common.errors import PayloadInvalid, PayloadTooLarge, ReleaseOutOfBounds
-from common.inflate import inflate_exactly
+from common.histograms.cellkeys import MAX_KEY_BITS, as_keys, key_words, keys_problem
+from common.wire.inflate import inflate_exactly
 
 if TYPE_CHECKING:
-    from common.release import Release
+    from common.histograms.release import Release
 
 __all__ = [
     "FORMAT",
@@ -260,7 +260,7 @@ def _validated(
 
 
 def encode_release(release: Release) -> EncodedCounts:
-    """Encode a :class:`~common.release.Release` in its own layout."""
+    """Encode a :class:`~common.histograms.release.Release` in its own layout."""
     return encode_counts(release.values, indices=release.indices, n_cells=release.n_cells)
 
 

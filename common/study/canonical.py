@@ -1,7 +1,7 @@
 """Canonical JSON: the bytes that are signed (study configs, secure-aggregation messages).
 
 UTF-8, keys sorted, no whitespace, decimals as strings, datetimes as ISO-8601 UTC with a ``Z``
-suffix (the serialisers of :mod:`common.params` give decimals and datetimes that form).
+suffix (the serialisers of :mod:`common.study.params` give decimals and datetimes that form).
 """
 
 from __future__ import annotations

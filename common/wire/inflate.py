@@ -1,6 +1,6 @@
 """Base64 text to exactly ``size`` inflated bytes, with no zip bomb on the way.
 
-The wire's count vectors (:mod:`common.encoding`) are standard base64 of a zlib stream. This
+The wire's count vectors (:mod:`common.wire.encoding`) are standard base64 of a zlib stream. This
 reads them with faster implementations of the same formats: ``pybase64`` (SIMD base64,
 strict: padding exactly as encoded) and ISA-L's zlib inflate (``isal``), which checks the
 stream's Adler-32 like zlib. The text is bounded by what ``size`` bytes can compress to

@@ -1,16 +1,17 @@
 """Study configuration: validated public parameters and their canonical JSON.
 
 The coordinator signs each study's :class:`StudyConfig` (public bounds, hash seed, detector and
-privacy parameters, version, expiry) with :mod:`common.signing`; participants accept a config
-only through :func:`common.signing.verify_config` (docs/TRUST.md: who must be honest for what).
+privacy parameters, version, expiry) with :mod:`common.study.signing`; participants accept a config
+only through :func:`common.study.signing.verify_config` (docs/TRUST.md: who must be honest for
+what).
 
-The parameter sections and typed fields live in :mod:`common.params`.
+The parameter sections and typed fields live in :mod:`common.study.params`.
 
 Validation refuses settings that break privacy (zero epsilon, a grid released without noise,
 a sparse grid without delta) and logs a warning for settings that only hurt utility (more than
 10 epsilon per release), as OpenDP's ``loss_of`` does.
 
-Canonical JSON (:func:`common.canonical.canonical_json`, re-exported here) is what is signed.
+Canonical JSON (:func:`common.study.canonical.canonical_json`, re-exported here) is what is signed.
 """
 
 from __future__ import annotations
@@ -29,17 +30,17 @@ from pydantic import (
 )
 
 from common.budget import PrivacyBudget
-from common.canonical import canonical_json
-from common.cellkeys import MAX_KEY_BITS
 from common.cohorts.params import CohortParams
-from common.delta_floor import check_delta
-from common.grid import GridSpec, derive_projection
-from common.hashing import LSHFamily, derive_lsh_family
+from common.histograms.cellkeys import MAX_KEY_BITS
+from common.histograms.grid import GridSpec, derive_projection
+from common.histograms.hashing import LSHFamily, derive_lsh_family
 from common.online.params import OnlineParams
-from common.params import (
+from common.secagg.params import AggregationParams, modulus_bits
+from common.study.canonical import canonical_json
+from common.study.delta_floor import check_delta
+from common.study.params import (
     _UTC,
     MAX_DELTA,
-    MAX_GRID_CELL_LIMIT,
     UTILITY_EPSILON_WARNING,
     Delta,
     Epsilon,
@@ -51,9 +52,8 @@ from common.params import (
     _Model,
     omit_at_defaults,
 )
-from common.secagg.params import AggregationParams, modulus_bits
 
-__all__ = ["MAX_GRID_CELL_LIMIT", "UTILITY_EPSILON_WARNING", "MAX_DELTA", "Epsilon", "Delta",
+__all__ = ["UTILITY_EPSILON_WARNING", "MAX_DELTA", "Epsilon", "Delta",
            "StudyId", "FeatureSpec", "LSHParams", "GridParams", "PrivacyParams", "StudyConfig",
            "canonical_json", "new_study_config"]
 

@@ -8,13 +8,13 @@ is bit ``k`` (little-endian) of the bucket index ``g_j(x)`` in ``[0, 2**l_j)``.
 
 Every participant must derive the *same* functions from the same inputs, whatever its numpy
 version, so nothing here uses numpy's ``Generator`` distributions. All randomness comes from
-a SHA-256 counter-mode stream (:class:`common.seeded.Sha256Stream`) keyed by
+a SHA-256 counter-mode stream (:class:`common.histograms.seeded.Sha256Stream`) keyed by
 ``(seed, d, n_tables, sample_size)``; ``U(a, b) = a + (b - a) u``, a feature is
 ``floor(u * d)``. The key is ``"fedod-lsh-stream/1\0" || len(seed) (u32 LE) ||
 seed || d (u32) || n_tables (u32) || sample_size (u64)``. Draws are consumed in a fixed order
 (per table: ``f``, ``l``, then per bit: feature, cut), so the result depends on nothing but
 the inputs. The functions are public; privacy comes from the noise added to the counts
-(``common.release``), not from the hashing. ``LSHFamily.digest()`` pins the result.
+(``common.histograms.release``), not from the hashing. ``LSHFamily.digest()`` pins the result.
 
 Hashing is exact (``x >= c`` in float64) and vectorised: with few features, each feature's
 value is ranked once among that feature's sorted cuts and a per-feature lookup table adds the
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.seeded import Sha256Stream, as_bounds
+from common.histograms.seeded import Sha256Stream, as_bounds
 
 FORMAT_VERSION = 1
 _STREAM_TAG = b"fedod-lsh-stream/1\x00"

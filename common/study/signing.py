@@ -1,6 +1,6 @@
 """Ed25519 signatures over study configs, key fingerprints and key files.
 
-The coordinator signs the canonical JSON of a :class:`~common.config.StudyConfig`; the
+The coordinator signs the canonical JSON of a :class:`~common.study.config.StudyConfig`; the
 signature covers ``SIGNING_CONTEXT + payload bytes``. Participants pin the coordinator's key
 fingerprint at enrolment and accept a config only through :func:`verify_config`, which refuses
 a bad signature or foreign key, an expired config, a version older than one already seen, and
@@ -24,9 +24,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from common.canonical import parse_canonical
-from common.config import StudyConfig, canonical_json
 from common.errors import ConfigDowngrade, ConfigExpired, SignatureInvalid
+from common.study.canonical import parse_canonical
+from common.study.config import StudyConfig, canonical_json
 
 __all__ = [
     "SIGNING_CONTEXT",

@@ -4,8 +4,8 @@
 ``sha256(key || t as 8-byte little-endian)``, read as little-endian 64-bit words, and a
 uniform float in ``[0, 1)`` is ``u = (word >> 11) * 2**-53``. It uses nothing of numpy's
 ``Generator`` distributions, so the draws do not depend on the numpy version. The LSH family
-(:mod:`common.hashing`) and the k-means seeding (:mod:`common.cohorts.kmeans`) read it; the
-draws are public (privacy comes from the noise, never from the hashing).
+(:mod:`common.histograms.hashing`) and the k-means seeding (:mod:`common.cohorts.kmeans`) read it;
+the draws are public (privacy comes from the noise, never from the hashing).
 
 :func:`as_bounds` checks the public box ``[lo, hi]`` a study declares.
 """

@@ -1,8 +1,8 @@
 """Typed fields and the public parameter sections of a study config.
 
-:mod:`common.config` assembles these into the signed :class:`~common.config.StudyConfig`;
-sections that belong to one protocol live in its own package (``common.secagg.params``,
-``common.online.params``, ``common.cohorts.params``).
+:mod:`common.study.config` assembles these into the signed
+:class:`~common.study.config.StudyConfig`; sections that belong to one protocol live in its own
+package (``common.secagg.params``, ``common.online.params``, ``common.cohorts.params``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from common.budget import DELTA_QUANTUM, EPSILON_QUANTUM, decimal_field
+from common.histograms.grid import DENSE_LIMIT
 
 
 def omit_at_defaults(doc: Any, defaults: Mapping[str, object]) -> Any:
@@ -38,8 +39,6 @@ def omit_at_defaults(doc: Any, defaults: Mapping[str, object]) -> Any:
     return doc
 
 
-MAX_GRID_CELL_LIMIT = 50_000_000
-"""Largest grid released densely (the dense vector must fit on the wire)."""
 UTILITY_EPSILON_WARNING = Decimal(10)
 """Epsilon per release above which validation logs a warning."""
 MAX_DELTA = Decimal("0.01")
@@ -157,7 +156,7 @@ class GridParams(_Model):
         default=1_000_000,
         strict=True,
         ge=1,
-        le=MAX_GRID_CELL_LIMIT,
+        le=DENSE_LIMIT,
         description="Grids with more cells are released sparsely ((epsilon, delta)-DP).",
     )
 

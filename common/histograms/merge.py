@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.cellkeys import as_keys, union_keys
 from common.errors import PayloadInvalid
+from common.histograms.cellkeys import as_keys, union_keys
 
 __all__ = ["merge_sum", "merge_sparse"]
 
@@ -51,7 +51,7 @@ def merge_sparse(
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Exact sum of two sparse vectors given as sorted ``(keys, values)`` pairs.
 
-    Keys are ``(n, W)`` arrays of 63-bit words (:mod:`common.cellkeys`); a 1-d array is
+    Keys are ``(n, W)`` arrays of 63-bit words (:mod:`common.histograms.cellkeys`); a 1-d array is
     one-word keys, and an empty input may have any shape. Each input's keys must be unique.
     Returns the sorted union of the keys (1-d if both inputs were 1-d, else ``(n, W)``) and
     the summed values; a cell present in only one input keeps its value. Overflow or keys

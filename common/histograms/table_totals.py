@@ -7,8 +7,8 @@ noisy totals differ only by their noise. Each cell is clipped at the public reco
 a table holding a cell of at least ``R - B`` after noise (``B`` the cell's noise tail). Such a
 table is *saturated*: its total may fall short of the others', never exceed them by more than
 the noise tail. :func:`outside_tail` states that rule once; the independent release bounds
-(:mod:`common.release_bounds`) and the revealed secure sum (:mod:`common.secagg.checks`) pick
-the reference total and the tail their noise calls for. Pure: no I/O.
+(:mod:`common.histograms.release_bounds`) and the revealed secure sum (:mod:`common.secagg.checks`)
+pick the reference total and the tail their noise calls for. Pure: no I/O.
 """
 
 from __future__ import annotations

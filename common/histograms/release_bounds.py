@@ -2,7 +2,7 @@
 from public parameters only. Pure: no I/O, no clock.
 
 An honest participant releases exact counts plus discrete Laplace noise
-(:mod:`common.release`). With ``R = aggregation.max_records`` (the public per-participant
+(:mod:`common.histograms.release`). With ``R = aggregation.max_records`` (the public per-participant
 record bound per cell, default ``10**6``; :class:`common.secagg.params.AggregationParams`)
 and a noise tail ``B`` (:func:`common.noise.tails.laplace_tail`, union-bounded over every
 cell of the release at ``beta / 2``):
@@ -40,7 +40,7 @@ below the noise tail, and an upward shift of a saturated table.
 release per contributor (a replacement subtracts the release it replaces), so a model cell is
 at most ``contributors * (R + B)``, which fits int64 for up to :attr:`ReleaseBounds.
 max_contributors` contributors (``2**22`` at the largest ``R = 2**40`` and any tail below
-``2**40``); the fold's :func:`common.merge.merge_sum` raises rather than wraps past that.
+``2**40``); the fold's :func:`common.histograms.merge.merge_sum` raises rather than wraps past that.
 """
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.config import StudyConfig
 from common.errors import ReleaseOutOfBounds
-from common.noise.scale import grid_sensitivity, lsh_sensitivity
+from common.histograms.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
+from common.noise.scale import grid_sensitivity, laplace_scale, lsh_sensitivity
 from common.noise.tails import FAILURE_PROBABILITY, laplace_tail, polya_sum_tail
 from common.secagg.params import AggregationParams
-from common.table_totals import exact_totals, outside_tail, saturated_tables, table_spans
+from common.study.config import StudyConfig
 
 __all__ = ["MAX_ROWS_PER_ID", "ReleaseBounds", "release_bounds", "check_lsh", "check_grid"]
 
@@ -71,12 +71,11 @@ _I64_MAX = 2**63 - 1
 
 def _scale(sensitivity: int, epsilon: Decimal) -> float:
     """The noise scale the bounds are drawn for: at least the float scale the mechanism
-    used. Float on purpose, not exact like :func:`common.noise.scale.laplace_scale`: it
-    only sizes the acceptance tails (which compute in float, with slack), never the noise
-    drawn or the epsilon charged (``common.noise.laplace`` rounds its own scale up and
-    checks OpenDP's map); the exact quotient can sit a few ulps *below* that calibrated
-    scale, so it is inflated by ``1e-12`` to stay above it."""
-    return float(Decimal(sensitivity) / epsilon) * (1 + 1e-12)
+    used. :func:`common.noise.scale.laplace_scale` to the nearest float, inflated by
+    ``1e-12``: the mechanism rounds the same quotient up and may nudge it a few ulps further
+    until OpenDP's map fits epsilon (``common.noise.laplace``). It only sizes the acceptance
+    tails (which compute in float, with slack), never the noise drawn or the epsilon charged."""
+    return float(laplace_scale(sensitivity, epsilon)) * (1 + 1e-12)
 
 
 @lru_cache(maxsize=16)

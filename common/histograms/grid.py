@@ -7,7 +7,7 @@ that ``x_i = hi_i`` falls in bin ``bins - 1``. Cells are numbered row-major over
 dimensions (Rauch, Olatunji & Khosla, "Achieving differential privacy for k-NN based outlier
 detection by data partitioning", section 4). The number of cells ``bins ** d_g`` is not
 bounded by 64 bits: a sparse release names cells by keys of several 63-bit words
-(:mod:`common.cellkeys`), so a grid over hundreds of features works.
+(:mod:`common.histograms.cellkeys`), so a grid over hundreds of features works.
 
 Optionally the grid lives in a random projection of the used features: ``p`` directions
 with entries ``+-1 / sqrt(d_used)`` derived from a public seed (:func:`derive_projection`,
@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.cellkeys import ints_from_keys, key_words, keys_from_ints
+from common.histograms.cellkeys import ints_from_keys, key_words, keys_from_ints
 
 __all__ = ["GridSpec", "derive_projection", "DENSE_LIMIT", "PROJECTION_BOUND"]
 
 DENSE_LIMIT = 50_000_000
+"""Most cells of a dense count vector: the largest grid released densely (every cell on the
+wire), so also the largest ``grid.cell_limit`` a study config accepts."""
 PROJECTION_BOUND = 1.0
 """Public bound of a projected coordinate: the projection of the centred unit cube onto a
 direction with entries ``+-1/sqrt(d)`` has standard deviation ``1/sqrt(12)`` for uniform data,

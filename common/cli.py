@@ -1,4 +1,5 @@
-"""Command-line entry points whose reader went away: ``fedod-... | head`` ends quietly.
+"""Plumbing shared by every ``fedod-*`` command line (coordinator, participant, consortium,
+simulation): an entry point whose reader went away (``fedod-... | head``) ends quietly.
 
 When the process reading a command's standard output exits early (``head``, ``less`` closed),
 the next write raises :class:`BrokenPipeError`. That is not an error of the command: the

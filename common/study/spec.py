@@ -1,6 +1,6 @@
 """Study spec files: the JSON an operator writes for ``fedod-coordinator study create``.
 
-A spec is a :class:`~common.schemas.StudyCreate` in JSON. Lines whose first non-blank
+A spec is a :class:`~common.wire.schemas.StudyCreate` in JSON. Lines whose first non-blank
 characters are ``//`` are comments (the template explains each field with them), and a comma
 before a closing ``]`` or ``}`` is allowed, so deleting a template's last feature line leaves
 a valid spec. Mistakes are reported one line per problem, each with the JSON path of the value
@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from common.errors import InvalidInput
-from common.schemas import StudyCreate
+from common.wire.schemas import StudyCreate
 
 __all__ = ["LO_PLACEHOLDER", "HI_PLACEHOLDER", "COHORT_PLACEHOLDER", "RECORDS_PLACEHOLDER",
            "left_out_columns", "load_study_spec", "study_template"]

@@ -12,13 +12,13 @@ Every function here draws its noise from the discrete Laplace mechanism of
   cells are noised and cells whose noisy count falls below a threshold are dropped
   (OpenDP ``make_laplace_threshold``; Rogers, "A Unifying Privacy Analysis Framework for
   Unknown Domain Algorithms in Differential Privacy", 2023): (epsilon, delta)-DP over an
-  unknown domain of cell keys of any width (:mod:`common.cellkeys`); the threshold is
+  unknown domain of cell keys of any width (:mod:`common.histograms.cellkeys`); the threshold is
   calibrated in :func:`common.noise.laplace.make_threshold_noise`.
 
 Scales are rounded up so that the true loss never exceeds the epsilon charged. Counts may
 be all zero (an empty dataset releases noise only) and a sparse release of no cells is
 valid. Nothing here depends on the data for success once the mechanism is built: keys come
-from :class:`~common.grid.GridSpec`, which fits every cell the config allows.
+from :class:`~common.histograms.grid.GridSpec`, which fits every cell the config allows.
 
 The noise is drawn once; a :class:`Release` is immutable and is what a retry re-sends.
 """
@@ -27,18 +27,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from common.budget import PrivacyBudget
-from common.cellkeys import as_keys, key_strings, key_words, keys_from_strings, keys_problem
+from common.histograms.cellkeys import (
+    as_keys,
+    key_strings,
+    key_words,
+    keys_from_strings,
+    keys_problem,
+)
+from common.histograms.grid import GridSpec
+from common.histograms.hashing import LSHFamily
 from common.noise.laplace import add_discrete_laplace, make_threshold_noise
-
-if TYPE_CHECKING:
-    from common.grid import GridSpec
-    from common.hashing import LSHFamily
 
 __all__ = ["Release", "release_grid", "release_grid_counts", "release_lsh", "release_lsh_counts"]
 
@@ -60,7 +64,7 @@ class Release:
     n_cells : int
     values : ndarray of int64, read-only
     indices : ndarray (nnz, W) of int64, read-only, or None when dense
-        Cell keys, ``W = key_words(n_cells)`` 63-bit words each (:mod:`common.cellkeys`).
+        Cell keys, ``W = key_words(n_cells)`` 63-bit words each (:mod:`common.histograms.cellkeys`).
     cost : PrivacyBudget
         What this release spends (epsilon, and delta for a sparse grid).
     """
