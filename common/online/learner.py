@@ -57,17 +57,24 @@ __all__ = [
 Vector = NDArray[np.float64]
 
 
+_SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
+_PLAIN = (1e-150, 1e150)
+"""Norms in this range are computed plainly (their squares are normal floats); outside it the
+vector is scaled by its largest magnitude first, so squares neither overflow nor lose digits
+in the subnormal range."""
+
+
 def safe_norm(v: NDArray[np.floating]) -> float:
-    """The l2 norm of ``v``, without overflow for any finite entries whose norm is a float
-    (scaled by the largest magnitude when the plain norm overflows); ``inf`` or ``nan`` only
-    for a non-finite entry or a norm past the float range."""
+    """The l2 norm of ``v``, accurate for any finite entries whose norm is a float (scaled by
+    the largest magnitude when the plain norm's squares would overflow or underflow); ``inf``
+    or ``nan`` only for a non-finite entry or a norm past the float range."""
     vec = np.asarray(v, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is handled below
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # handled below
         norm = float(np.linalg.norm(vec))
-    if math.isfinite(norm) or vec.size == 0:
+    if vec.size == 0 or _PLAIN[0] < norm < _PLAIN[1]:
         return norm
     top = float(np.max(np.abs(vec)))
-    if not math.isfinite(top):
+    if not math.isfinite(top) or top == 0.0:
         return top
     return top * float(np.linalg.norm(vec / top))
 
@@ -75,15 +82,15 @@ def safe_norm(v: NDArray[np.floating]) -> float:
 def project_ball(v: Vector, radius: float) -> Vector:
     """Euclidean projection of ``v`` onto the l2 ball of ``radius`` (scale down if outside).
 
-    Finite ``v`` always gives a finite result, also when its norm overflows a float (scaled
-    by its largest magnitude first); a non-finite entry raises
-    :class:`~common.errors.ModelNotFinite`."""
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is handled below
-        norm = float(np.linalg.norm(v))
+    Finite ``v`` always gives a finite result inside the ball, also when its norm overflows a
+    float or its squares are subnormal (scaled by its largest magnitude first); a non-finite
+    entry raises :class:`~common.errors.ModelNotFinite`."""
+    norm = safe_norm(v)
     if norm <= radius:
         return v
-    if math.isfinite(norm):
-        return v * (radius / norm)
+    if _PLAIN[0] < norm < _PLAIN[1]:
+        factor = radius / norm
+        return v * factor if factor >= _SMALLEST_NORMAL else (v / norm) * radius
     top = float(np.max(np.abs(v)))
     if not math.isfinite(top):
         raise ModelNotFinite("cannot project a vector with a non-finite value", norm=norm)

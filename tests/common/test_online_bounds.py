@@ -110,3 +110,19 @@ def test_a_non_finite_centre_is_refused():
         centre_from_release(np.array([np.inf, 1.0, 0.0]), 10)
     np.testing.assert_array_equal(centre_from_release(np.array([20.0, 10.0, 5.0]), 10),
                                   [2.0, 1.0, 0.0])
+
+
+def test_projection_of_tiny_vectors_stays_in_the_ball():
+    """Entries whose squares are subnormal (an example hypothesis once found): the norm is
+    computed on the scaled vector, so the projection lands inside the ball."""
+    v = np.full(5, 2.33410031e-158)
+    radius = 5.219206965203841e-158
+    out = project_ball(v, radius)
+    assert safe_norm(out) <= radius * (1 + 1e-12)
+    assert safe_norm(v) == pytest.approx(np.sqrt(5) * 2.33410031e-158, rel=1e-15)
+
+
+def test_projection_onto_a_tiny_ball_keeps_its_digits():
+    """A radius far below the norm (their quotient subnormal): the projection divides first."""
+    out = project_ball(np.array([6.02594613e11, 0.0, 0.0, 0.0, 0.0]), 1e-300)
+    assert safe_norm(out) <= 1e-300 * (1 + 1e-12)
