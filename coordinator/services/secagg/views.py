@@ -12,11 +12,11 @@ from common.secagg.wire import WIRE
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Participant, Study
 from coordinator.keys import KeyStore
-from coordinator.services import secagg_store as store
-from coordinator.services.secagg import current
-from coordinator.services.secagg_beacon import member_draw
-from coordinator.services.secagg_phases import roster_of
-from coordinator.services.secagg_store import missing_members
+from coordinator.services.secagg import store
+from coordinator.services.secagg.beacon import member_draw
+from coordinator.services.secagg.phases import roster_of
+from coordinator.services.secagg.rounds import current
+from coordinator.services.secagg.store import missing_members
 from coordinator.services.studies import study_config
 
 

@@ -2,7 +2,7 @@
 
     keys ──(every expected advert, or admin advance with >= n - D)──► masking
     (beacon studies only: keys ──► beacon ──(the consortium's beacon signature)──► masking,
-     coordinator.services.secagg_beacon; attempts above common.secagg.beacon.BEACON_ATTEMPTS
+     coordinator.services.secagg.beacon; attempts above common.secagg.beacon.BEACON_ATTEMPTS
      are never opened: the round is abandoned instead)
     masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
     masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
@@ -18,7 +18,7 @@ The members' messages are binary frames (:mod:`common.secagg.wire`), stored as b
 Every message takes the lock of its round row, so transitions are exact with any number of
 workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
 from a clock. What ends each phase (roster, recovery request, reveal and merge) is
-:mod:`coordinator.services.secagg_phases`.
+:mod:`coordinator.services.secagg.phases`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from common.secagg.messages import RoundRefused, b64e
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
-from coordinator.services import secagg_phases as phases
-from coordinator.services import secagg_store as store
+from coordinator.services.secagg import phases, store
 
 log = logging.getLogger("fedod.secagg")
 OPEN = ("keys", "beacon", "masking", "unmask", "recover")

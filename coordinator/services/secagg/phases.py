@@ -1,6 +1,6 @@
 """What ends each phase of a secure aggregation round (the state machine that calls these is
-:mod:`coordinator.services.secagg`): the roster published (keys -> masking, or keys -> beacon
-in a study whose masking graph needs the consortium's beacon: :mod:`.secagg_beacon`), the recovery
+:mod:`coordinator.services.secagg.rounds`): the roster published (keys -> masking, or keys ->
+beacon in a study whose masking graph needs the consortium's beacon: :mod:`.beacon`), the recovery
 request (unmask -> recover), and the reveal: the sum unmasked, checked and merged (done), or
 the reason it was not (rejected, abandoned).
 """
@@ -24,7 +24,7 @@ from common.secagg.roster import VerifiedRoster
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study, utcnow
 from coordinator.keys import KeyStore
-from coordinator.services import secagg_store as store
+from coordinator.services.secagg import store
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.secagg")
@@ -98,7 +98,7 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
         degree=params.degree,
         key=keys.private_key(),
     )
-    # a sparse graph that can be bad waits for the consortium's beacon (secagg_beacon)
+    # a sparse graph that can be bad waits for the consortium's beacon (beacon.py)
     rnd.roster = roster.model_dump_json()
     rnd.status = "beacon" if params.needs_beacon else "masking"
 

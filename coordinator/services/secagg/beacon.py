@@ -29,9 +29,9 @@ from common.secagg.roster import from_bitmap
 from common.secagg.schemas import BeaconCreate, BeaconDraw, BeaconPending
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study
-from coordinator.services import secagg_store as store
-from coordinator.services.secagg import current
-from coordinator.services.secagg_phases import ref
+from coordinator.services.secagg import store
+from coordinator.services.secagg.phases import ref
+from coordinator.services.secagg.rounds import current
 from coordinator.services.studies import study_config
 
 __all__ = ["pending", "accept_beacon", "member_draw"]
