@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.secagg.schemas import RoundStatus
 from coordinator.cli.support import EXIT_OK, EXIT_USAGE, key_store, open_session, print_json
 
 ACTIONS = ("list", "show", "open", "advance", "abort", "membership")
@@ -24,7 +25,7 @@ def describe(rnd: Any) -> str:
     text = (f"round {rnd.round} attempt {rnd.attempt}: {rnd.status}; expected "
             f"{len(rnd.expected)} ({', '.join(rnd.expected)}); roster {rnd.cohort}, masked "
             f"{rnd.masked}, unmasked {rnd.survivors}")
-    if rnd.status == "beacon":
+    if rnd.status == RoundStatus.BEACON:
         text += ("; waits for the consortium's beacon signature of the roster (the DPO runs "
                  f"'fedod-consortium beacon --study {rnd.study_id} ...')")
     return text + (f"; {rnd.detail}" if rnd.detail else "")

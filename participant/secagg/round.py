@@ -41,7 +41,7 @@ from common.secagg.answers import answer_recover, answer_unmask
 from common.secagg.membership import SignedMembership
 from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.pacing import Pacing
-from common.secagg.schemas import RoundState
+from common.secagg.schemas import RoundState, RoundStatus
 from common.secagg.vector import NoiseShare
 from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM, WIRE
@@ -225,7 +225,8 @@ def run_secure_round(
                         degree=params.degree, threshold=params.threshold)
             took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
             if st is None or (number is None and not took_part
-                              and st.status not in ("keys", "beacon", "masking", "unmask")):
+                              and st.status not in (RoundStatus.KEYS, RoundStatus.BEACON,
+                                                RoundStatus.MASKING, RoundStatus.UNMASK)):
                 if agent.clock() > give_up:
                     raise TimeoutError(no_open_round(study, params.open_rounds, wait))
                 agent.sleep(pacing.next(_seen(st)))
@@ -233,7 +234,7 @@ def run_secure_round(
             number = number or st.round
             if st.round != number:
                 raise RoundAbandoned(f"round {number} was replaced by round {st.round}")
-            if st.status == "done":
+            if st.status == RoundStatus.DONE:
                 if took_part:
                     raise_if_substituted(agent, study, number,
                                          RoundFiles(rounds_dir / str(number)), data)
@@ -247,9 +248,9 @@ def run_secure_round(
                     "participant": name,
                     "coordinator": me.coordinator_url,
                 }
-            if st.status == "abandoned":
+            if st.status == RoundStatus.ABANDONED:
                 raise RoundAbandoned(f"round {number} of {study!r} was abandoned: {st.detail}")
-            if st.status == "rejected":
+            if st.status == RoundStatus.REJECTED:
                 raise RoundRejected(f"round {number} of {study!r} was rejected: {st.detail}")
             if name not in st.expected:
                 raise RoundAbandoned(f"{name} is not in attempt {st.attempt} of round {number}")
@@ -258,11 +259,11 @@ def run_secure_round(
             ref = RoundRef(study_id=study, round=number, attempt=st.attempt)
             secrets = files.secrets(st.attempt)
             advert = proto.make_advert(ref, name, identity, secrets)
-            if st.status == "keys" and "advert" not in st.done:
+            if st.status == RoundStatus.KEYS and "advert" not in st.done:
                 _post(client, study, number, "keys", advert)
                 if stop_after == "keys":
                     return {"stopped_after": "keys", "round": number}
-            elif st.status == "masking" and "masked" not in st.done:
+            elif st.status == RoundStatus.MASKING and "masked" not in st.done:
                 roster = check(st, advert, ref, last_draw=last_draw(files.study_dir))  # only now is
                 # anything read: certified, and in a beacon study a draw within G of the last
                 anchor = agent.clock()
@@ -280,7 +281,7 @@ def run_secure_round(
                 _post(client, study, number, "masked", masked)
                 if stop_after == "masked":
                     return {"stopped_after": "masked", "round": number}
-            elif st.status == "unmask" and "unmask" not in st.done:
+            elif st.status == RoundStatus.UNMASK and "unmask" not in st.done:
                 assert st.request is not None
                 roster = check(st, advert, ref)
                 answer = answer_unmask(
@@ -298,7 +299,8 @@ def run_secure_round(
                     masked_roster=files.masked_roster(st.attempt),
                 )
                 _post(client, study, number, "unmask", answer)
-            elif (st.status == "recover" and "unmask" in st.done and "shares" not in st.done
+            elif (st.status == RoundStatus.RECOVER and "unmask" in st.done
+                  and "shares" not in st.done
                   and st.inbox):  # only a neighbour of a lost member holds shares to send
                 assert st.request is not None
                 shares = answer_recover(

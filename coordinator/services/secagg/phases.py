@@ -21,6 +21,7 @@ from common.secagg.checks import check_secure_sum
 from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, b64d
 from common.secagg.params import AggregationParams
 from common.secagg.roster import VerifiedRoster
+from common.secagg.schemas import RoundStatus
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study, utcnow
 from coordinator.keys import KeyStore
@@ -74,7 +75,7 @@ def roster_of(session: Session, rnd: Round, keys: KeyStore) -> VerifiedRoster:
     return verified
 
 
-def finish(session: Session, rnd: Round, status: str, detail: str | None = None) -> None:
+def finish(session: Session, rnd: Round, status: RoundStatus, detail: str | None = None) -> None:
     rnd.status, rnd.detail, rnd.finished_at = status, detail, utcnow()
     log.info(
         "round finished",
@@ -86,7 +87,7 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, params = secure_params(study)
     adverts = {name: b64d(frame) for name, frame in store.messages(session, rnd, "advert").items()}
     if len(adverts) < params.min_roster:
-        finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
+        finish(session, rnd, RoundStatus.ABANDONED, f"{len(adverts)} key adverts, fewer than n - D")
         return
     roster = server.build_roster(
         ref(rnd),
@@ -100,7 +101,7 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     )
     # a sparse graph that can be bad waits for the consortium's beacon (beacon.py)
     rnd.roster = roster.model_dump_json()
-    rnd.status = "beacon" if params.needs_beacon else "masking"
+    rnd.status = RoundStatus.BEACON if params.needs_beacon else RoundStatus.MASKING
 
 
 def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
@@ -125,15 +126,16 @@ def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     try:
         total = server.reveal_sum(roster, words, seeds, shares)
     except RoundRefused as exc:
-        finish(session, rnd, "abandoned", exc.message)
+        finish(session, rnd, RoundStatus.ABANDONED, exc.message)
         return
     try:  # a member may have added anything to its own vector: not merged unless plausible
         check_secure_sum(config, total, len(roster.names))
     except SecureSumRejected as exc:  # the members stay charged: their noise was drawn
-        finish(session, rnd, "rejected", exc.message)
+        finish(session, rnd, RoundStatus.REJECTED, exc.message)
         return
     store.replace_model(session, study.id, config, total, len(roster.names))
-    finish(session, rnd, "done", f"{len(seeds)} of {len(roster.names)} answered the unmask")
+    finish(session, rnd, RoundStatus.DONE,
+           f"{len(seeds)} of {len(roster.names)} answered the unmask")
 
 
 def recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationParams) -> None:
@@ -145,9 +147,9 @@ def recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationPar
     missing = [n for n in roster.names if n not in answered]
     lost = server.unrecoverable(roster, answered, missing)
     if lost:
-        finish(session, rnd, "abandoned",
+        finish(session, rnd, RoundStatus.ABANDONED,
                f"{len(lost)} members lost after masking ({', '.join(lost[:5])}) have fewer "
                f"than the threshold {roster.body.threshold} of their graph neighbours answering")
         return
     rnd.request = server.build_recover(roster, missing, keys.private_key()).model_dump_json()
-    rnd.status = "recover"
+    rnd.status = RoundStatus.RECOVER
