@@ -23,8 +23,8 @@ from decimal import Decimal
 from common.budget import plain_decimal
 from common.secagg.schemas import RoundStatus
 from participant.agent import Agent, DataOptions
-from participant.cli.consortium import pin_consortium_key
 from participant.cli.output import count, options, out
+from participant.consortium.cli import pin_consortium_key
 
 POLL_SECONDS = 2.0
 
