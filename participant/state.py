@@ -49,6 +49,8 @@ _STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 class NotEnrolled(Exception):
     """The state directory has no enrolment; run ``fedod-participant enrol`` first."""
 
+    exit_code = 2
+
 
 @dataclass(frozen=True)
 class Enrolment:
