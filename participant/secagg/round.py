@@ -48,6 +48,7 @@ from common.secagg.schemas import RoundState, RoundStatus
 from common.secagg.vector import NoiseShare
 from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM, WIRE
+from participant import layout
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.options import DataOptions
@@ -197,11 +198,11 @@ class _Member:
     study_dir: Path
 
     def files(self, number: int) -> RoundFiles:
-        return RoundFiles(self.study_dir / "rounds" / str(number))
+        return RoundFiles(layout.round_dir(self.study_dir, number))
 
     def took_part(self, number: int) -> bool:
         """Whether this member stored a noisy vector for round ``number``."""
-        return (self.study_dir / "rounds" / str(number) / "noisy.npy").exists()
+        return (layout.round_dir(self.study_dir, number) / layout.NOISY).exists()
 
     def check(self, st: RoundState, advert: bytes, ref: RoundRef,
               **draw: int) -> proto.VerifiedRoster:
@@ -406,7 +407,7 @@ def run_secure_round(
         )
         give_up = agent.clock() + wait
         number: int | None = None
-        held = Held(agent.state.study_dir(study) / "membership.json")
+        held = Held(agent.state.membership_path(study))
         while True:
             st = _state(client, study, held, config_digest=m.config_digest,
                         modulus_bits=m.modulus_bits, degree=params.degree,
