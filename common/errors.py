@@ -23,7 +23,10 @@ Our exception hierarchy::
     └── CoordinatorUnavailable        participant side: network or 5xx after retries
 
 Every class takes a human message that says what to do, plus context as keyword arguments,
-kept in ``.context`` for logs. ``status_code`` is the HTTP status the coordinator maps it to.
+kept in ``.context`` for logs. ``status_code`` is the HTTP status the coordinator maps it to;
+``exit_code`` the exit status of the command line that ends with it (``fedod-participant``):
+InvalidInput 3 (data invalid), ConfigError 4, BudgetExceeded 5, CoordinatorUnavailable 6,
+NotFound and Conflict 7 (refused), anything else 1 (a bug).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class FedodError(Exception):
     """Base class for every fedod error; keyword arguments are kept in ``context``."""
 
     status_code: ClassVar[int] = 500
+    exit_code: int = 1
 
     def __init__(self, message: str, **context: object) -> None:
         super().__init__(message)
@@ -49,6 +53,7 @@ class InvalidInput(FedodError):
     """Bad data or parameters from a caller."""
 
     status_code = 422
+    exit_code = 3
 
 
 class SchemaMismatch(InvalidInput):
@@ -85,16 +90,20 @@ class NotFound(FedodError):
     """The named study, participant or contribution does not exist."""
 
     status_code = 404
+    exit_code = 7
 
 
 class Conflict(FedodError):
     """The request conflicts with the current state."""
 
     status_code = 409
+    exit_code = 7
 
 
 class BudgetExceeded(Conflict):
     """A release would take a participant's spending past its cap; nothing was spent."""
+
+    exit_code = 5
 
     def __init__(
         self,
@@ -129,6 +138,7 @@ class ConfigError(FedodError):
     """A signed study config cannot be trusted; do not release anything under it."""
 
     status_code = 422
+    exit_code = 4
 
 
 class SignatureInvalid(ConfigError):
@@ -147,3 +157,4 @@ class CoordinatorUnavailable(FedodError):
     """Participant side: the coordinator stayed unreachable or failing after retries."""
 
     status_code = 503
+    exit_code = 6

@@ -162,7 +162,7 @@ class Agent:
         if warning and (study, config.version) not in self._warned:  # once per command
             self._warned.add((study, config.version))
             log.warning("warning: study %s: %s", study, warning)
-        write_private(self.state.study_dir(study) / "config.json", text.encode())
+        write_private(self.state.config_path(study), text.encode())
         return config, signed
 
     def check_data(

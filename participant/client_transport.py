@@ -29,12 +29,17 @@ _jitter = random.SystemRandom()
 
 
 class CoordinatorRefused(FedodError):
-    """The coordinator answered with a final 4xx; ``status`` and ``detail`` say why."""
+    """The coordinator answered with a final 4xx; ``status`` and ``detail`` say why (exit 7,
+    or 5 when the coordinator's ledger refused the budget)."""
+
+    exit_code = 7
 
     def __init__(self, message: str, *, status: int, detail: str, **context: object) -> None:
         super().__init__(message, status=status, detail=detail, **context)
         self.status = status
         self.detail = detail
+        if self.is_budget:
+            self.exit_code = 5
 
     @property
     def is_budget(self) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 
 from common.budget import PrivacyBudget
 from common.study.delta_floor import MAX_RELEASE_DELTA
+from participant import layout
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -48,6 +49,8 @@ _STUDY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 class NotEnrolled(Exception):
     """The state directory has no enrolment; run ``fedod-participant enrol`` first."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -152,28 +155,41 @@ class StateDir:
 
     @property
     def enrolment_path(self) -> Path:
-        return self.root / "participant.json"
+        return self.root / layout.ENROLMENT
 
     @property
     def key_path(self) -> Path:
-        return self.root / "coordinator_key.pem"
+        return self.root / layout.COORDINATOR_KEY
 
     @property
     def ledger_path(self) -> Path:
-        return self.root / "ledger.sqlite3"
+        return self.root / layout.LEDGER
+
+    @property
+    def identity_key_path(self) -> Path:
+        return self.root / layout.IDENTITY_KEY
 
     @property
     def outbox(self) -> Path:
-        return make_private_dir(self.root / "outbox")
+        return make_private_dir(self.root / layout.OUTBOX)
 
     def study_dir(self, study: str) -> Path:
-        return make_private_dir(self.root / "studies" / check_study_id(study))
+        return make_private_dir(layout.study_dir(self.root, check_study_id(study)))
+
+    def config_path(self, study: str) -> Path:
+        return self.study_dir(study) / layout.CONFIG
+
+    def membership_path(self, study: str) -> Path:
+        return self.study_dir(study) / layout.MEMBERSHIP
+
+    def stream_path(self, study: str) -> Path:
+        return self.study_dir(study) / layout.STREAM
 
     def create(self) -> None:
         """Create the directory tree with owner-only permissions."""
         make_private_dir(self.root)
-        make_private_dir(self.root / "outbox")
-        make_private_dir(self.root / "studies")
+        make_private_dir(self.root / layout.OUTBOX)
+        make_private_dir(self.root / layout.STUDIES)
 
     def is_enrolled(self) -> bool:
         return self.enrolment_path.exists()
@@ -201,7 +217,7 @@ class StateDir:
                 os.chmod(path, mode)
 
     def outbox_path(self, idempotency_key: str) -> Path:
-        return self.outbox / f"{idempotency_key}.json"
+        return layout.outbox_entry(self.outbox, idempotency_key)
 
     def shred_partial_writes(self) -> list[Path]:
         """Shred temporary files a killed agent left in the outbox (never-sent noisy bodies)."""
@@ -211,7 +227,7 @@ class StateDir:
         return leftovers
 
     def approved_path(self, study: str) -> Path:
-        return self.study_dir(study) / "approved.json"
+        return self.study_dir(study) / layout.APPROVED
 
     def load_approved(self, study: str) -> dict[str, Any] | None:
         """The schema the operator approved for ``study`` (None before the first approval)."""
@@ -225,7 +241,7 @@ class StateDir:
     def lock(self) -> Iterator[None]:
         """Hold an exclusive lock so two agents never release from one ledger at once."""
         self.create()
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+        fd = os.open(self.root / layout.LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

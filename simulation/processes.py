@@ -18,7 +18,7 @@ import httpx
 
 PARTICIPANT = (sys.executable, "-m", "participant.cli.main", "--no-progress")
 """How a hospital's ``fedod-participant`` process is started (its options follow)."""
-CONSORTIUM = (sys.executable, "-m", "participant.cli.consortium")
+CONSORTIUM = (sys.executable, "-m", "participant.consortium.cli")
 """How the consortium's ``fedod-consortium`` is started (its subcommand follows)."""
 
 

@@ -165,7 +165,7 @@ def certify_states(consortium, study, aggregation: dict, states: dict) -> dict:
     (name -> Path): each one's identity key, read from its state as it would send it."""
     from common.secagg.params import AggregationParams
     from common.study.signing import load_private_key
-    from participant.cli.consortium import certify, raw_key
+    from participant.consortium.cli import certify, raw_key
 
     members = {name: raw_key(load_private_key(Path(s) / "identity_key.pem").public_key())
                for name, s in states.items()}

@@ -4,7 +4,7 @@ Masking hides every member's vector, so nothing checks a vector before it is sum
 member can add anything to its own (a +50,000 poke arrives as ``50,000 mod 2**k``). The sum is
 checked against the public structure of the vector (:mod:`common.secagg.vector`: the LSH
 tables, then the dense grid) before it is merged; a sum that fails is not merged and the round
-ends ``rejected`` (:mod:`coordinator.services.secagg`).
+ends ``rejected`` (:mod:`coordinator.services.secagg.rounds`).
 
 What an honest sum of ``r`` members looks like (``M = max_records``, the noise of a cell is
 ``r`` Pólya shares, ``NB(r/h_min) - NB(r/h_min)``):

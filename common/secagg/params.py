@@ -104,7 +104,7 @@ class AggregationParams(BaseModel):
         default="admin",
         description="Who opens secure rounds: 'admin' (fedod-coordinator rounds open); "
         "'when_ready': the coordinator opens round 1 itself once every certified member has "
-        "registered its identity key (coordinator.services.secagg_auto). Omitted from the "
+        "registered its identity key (coordinator.services.secagg.auto). Omitted from the "
         "JSON at 'admin', so configs signed before it keep their bytes.",
     )
 

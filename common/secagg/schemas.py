@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,14 +14,28 @@ from common.secagg.messages import B64, Name, SignedMessage
 __all__ = ["IdentityKeyCreate", "IdentityKeyPublic", "RoundPublic", "RoundState", "RoundStatus",
            "BeaconPending", "BeaconCreate", "BeaconDraw"]
 
-RoundStatus = Literal[
-    "keys", "beacon", "masking", "unmask", "recover", "done", "restarted", "abandoned",
-    "rejected"
-]
-"""``beacon`` (studies whose masking graph needs one only, common.secagg.beacon): the roster
-is signed and waits for the consortium's beacon signature before members mask. ``rejected``:
-the revealed sum failed :func:`common.secagg.checks.check_secure_sum` and was not merged
-(``detail`` says why); like ``abandoned``, the round is over and the next opens."""
+
+class RoundStatus(StrEnum):
+    """The phase of a round attempt; the value is the string the database and the JSON hold.
+
+    ``beacon`` (studies whose masking graph needs one only, common.secagg.beacon): the roster
+    is signed and waits for the consortium's beacon signature before members mask.
+    ``rejected``: the revealed sum failed :func:`common.secagg.checks.check_secure_sum` and
+    was not merged (``detail`` says why); like ``abandoned``, the round is over and the next
+    opens.
+    """
+
+    KEYS = "keys"
+    BEACON = "beacon"
+    MASKING = "masking"
+    UNMASK = "unmask"
+    RECOVER = "recover"
+    DONE = "done"
+    RESTARTED = "restarted"
+    ABANDONED = "abandoned"
+    REJECTED = "rejected"
+
+    __repr__ = str.__repr__  # messages quote the bare string, as before
 
 
 class IdentityKeyCreate(BaseModel):

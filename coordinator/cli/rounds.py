@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.secagg.schemas import RoundStatus
 from coordinator.cli.support import EXIT_OK, EXIT_USAGE, key_store, open_session, print_json
 
 ACTIONS = ("list", "show", "open", "advance", "abort", "membership")
@@ -24,16 +25,16 @@ def describe(rnd: Any) -> str:
     text = (f"round {rnd.round} attempt {rnd.attempt}: {rnd.status}; expected "
             f"{len(rnd.expected)} ({', '.join(rnd.expected)}); roster {rnd.cohort}, masked "
             f"{rnd.masked}, unmasked {rnd.survivors}")
-    if rnd.status == "beacon":
+    if rnd.status == RoundStatus.BEACON:
         text += ("; waits for the consortium's beacon signature of the roster (the DPO runs "
                  f"'fedod-consortium beacon --study {rnd.study_id} ...')")
     return text + (f"; {rnd.detail}" if rnd.detail else "")
 
 
 def _next_step(session: Any, study: Any) -> str:
-    from coordinator.services import secagg_auto
+    from coordinator.services.secagg import auto
 
-    state = secagg_auto.readiness(session, study)
+    state = auto.readiness(session, study)
     if state is not None:
         return (f"no round yet: the config opens round 1 by itself when every certified member "
                 f"has registered its identity key ({state[0]} of {state[1]} so far)")
@@ -41,9 +42,10 @@ def _next_step(session: Any, study: Any) -> str:
 
 
 def _run(args: argparse.Namespace, settings: Any) -> tuple[list[Any], str | None]:
-    from coordinator.services import secagg, secagg_store
-    from coordinator.services.secagg_phases import secure_params
-    from coordinator.services.secagg_views import round_public
+    from coordinator.services.secagg import rounds as secagg
+    from coordinator.services.secagg import store
+    from coordinator.services.secagg.phases import secure_params
+    from coordinator.services.secagg.views import round_public
     from coordinator.services.studies import get_study
 
     with open_session(settings) as session:
@@ -54,7 +56,7 @@ def _run(args: argparse.Namespace, settings: Any) -> tuple[list[Any], str | None
             from common.secagg.membership import SignedMembership
 
             signed = SignedMembership.model_validate_json(Path(args.arg).read_text())
-            body = secagg_store.save_membership(session, study.id, secure_params(study)[1],
+            body = store.save_membership(session, study.id, secure_params(study)[1],
                                                 signed)
             note = (f"membership v{body.version} of {study.id} stored: "
                     f"{', '.join(sorted(body.members))}")

@@ -6,8 +6,8 @@ from html import escape
 
 from sqlalchemy.orm import Session
 
-from coordinator.services.secagg import list_rounds
-from coordinator.services.secagg_views import round_public
+from coordinator.services.secagg.rounds import list_rounds
+from coordinator.services.secagg.views import round_public
 
 
 def rounds_section(session: Session) -> str:

@@ -1,3 +1,3 @@
-"""``fedod-participant`` and ``fedod-consortium``: argument parsers, command bodies and their
-output.
+"""``fedod-participant``: argument parsers, command bodies and their output
+(``fedod-consortium``, the consortium's tools, is :mod:`participant.consortium`).
 """

@@ -17,11 +17,11 @@ from common.budget import plain_decimal
 from common.errors import FedodError
 from participant.agent import Agent
 from participant.cli.cohorts import cmd_cohorts
-from participant.cli.consortium import pin_consortium_key
 from participant.cli.online import cmd_stream
 from participant.cli.output import count, options, out
 from participant.cli.run import cmd_run
 from participant.config import Settings
+from participant.consortium.cli import pin_consortium_key
 from participant.online.notes import spending_note
 
 __all__ = ["COMMANDS", "pin_consortium_key"]

@@ -31,48 +31,29 @@ import json
 import sys
 from collections.abc import Sequence
 
-from common.errors import (
-    BudgetExceeded,
-    ConfigError,
-    Conflict,
-    CoordinatorUnavailable,
-    FedodError,
-    InvalidInput,
-    NotFound,
-)
+from common.errors import FedodError
 from participant.agent import Agent
 from participant.cli.commands import COMMANDS
 from participant.cli.parser import build_parser
-from participant.client import CoordinatorRefused
 from participant.state import NotEnrolled
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_DATA, EXIT_CONFIG = 0, 1, 2, 3, 4
 EXIT_BUDGET, EXIT_UNAVAILABLE, EXIT_REFUSED, EXIT_STREAM_CAP = 5, 6, 7, 8
 
 
-def exit_code(exc: BaseException) -> int:
-    """Map an error to the documented exit code."""
-    if isinstance(exc, BudgetExceeded):
-        from participant.online.charge import StreamCapReached  # imported on use
+# the library's errors, which carry no ``exit_code``: the first base class found here decides
+LIBRARY_EXIT_CODES: dict[type[BaseException], int] = {
+    TimeoutError: EXIT_UNAVAILABLE, ValueError: EXIT_USAGE, OSError: EXIT_USAGE}
 
-        return EXIT_STREAM_CAP if isinstance(exc, StreamCapReached) else EXIT_BUDGET
-    if isinstance(exc, CoordinatorRefused):
-        return EXIT_BUDGET if exc.is_budget else EXIT_REFUSED
-    if isinstance(exc, ConfigError):
-        return EXIT_CONFIG
-    if isinstance(exc, InvalidInput):
-        return EXIT_DATA
-    if isinstance(exc, CoordinatorUnavailable):
-        return EXIT_UNAVAILABLE
-    if isinstance(exc, Conflict | NotFound):
-        return EXIT_REFUSED
-    if isinstance(exc, TimeoutError):
-        return EXIT_UNAVAILABLE
-    if isinstance(exc, NotEnrolled):
-        return EXIT_USAGE
-    if isinstance(exc, ValueError | OSError):
-        return EXIT_USAGE
-    return EXIT_BUG
+
+def exit_code(exc: BaseException) -> int:
+    """The documented exit code of an error: its ``exit_code`` (common.errors), else the
+    nearest base class in :data:`LIBRARY_EXIT_CODES`, else 1 (a bug)."""
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int):
+        return code
+    return next((LIBRARY_EXIT_CODES[c] for c in type(exc).__mro__ if c in LIBRARY_EXIT_CODES),
+                EXIT_BUG)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,7 +40,7 @@ def cmd_stream(agent: Agent, args: argparse.Namespace) -> None:
             raise ValueError(f"study {args.study} has no online section: it does not stream")
         policy.check_ceiling(config.online.epoch_cost(), enrolment.ceiling)
         policy.check_column_roles(config, args.id_column, tuple(args.ignore_column))
-        store = StreamStore(agent.state.study_dir(args.study) / "stream.sqlite3",
+        store = StreamStore(agent.state.stream_path(args.study),
                             config.online.dim)
         clock = _Clock(config.online, args.clock, store.window()[0])
 

@@ -21,9 +21,10 @@ import time
 from decimal import Decimal
 
 from common.budget import plain_decimal
+from common.secagg.schemas import RoundStatus
 from participant.agent import Agent, DataOptions
-from participant.cli.consortium import pin_consortium_key
 from participant.cli.output import count, options, out
+from participant.consortium.cli import pin_consortium_key
 
 POLL_SECONDS = 2.0
 
@@ -98,7 +99,7 @@ def take_secure_round(agent: Agent, study: str, data: str, options: DataOptions,
     if released:
         state = current_round(agent, study)
         if (state is None or state.round not in rounds_taken(agent, study)
-                or state.status in ("done", "abandoned", "rejected")):
+                or state.status in (RoundStatus.DONE, RoundStatus.ABANDONED, RoundStatus.REJECTED)):
             return False
     run_secure_round(agent, study, data, options, wait=wait, send_slot=send_slot)
     return True

@@ -30,12 +30,13 @@ from common.cohorts.protocol import CohortState, RoundProtocol
 from common.cohorts.study import protocol_of
 from common.errors import BudgetExceeded, ConfigError, Conflict
 from common.study.config import StudyConfig
+from participant import layout
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.options import DataOptions
 from participant.release import policy
 from participant.release.flow import Charge, charged_release
-from participant.scoring.cohorts import MODEL_FILE, model_from_doc
+from participant.scoring.cohorts import model_from_doc
 from participant.state import Enrolment, write_private
 
 Stop = Literal["drawn"] | None
@@ -189,7 +190,7 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
         config, _ = agent.fetch_config(study, client)
         protocol = _setup(config)
         name = client.participant_name()
-        folder = agent.state.study_dir(study) / "cohorts"
+        folder = agent.state.study_dir(study) / layout.COHORTS
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         sent: list[int] = []
         give_up = time.monotonic() + wait
@@ -198,7 +199,8 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
             _refuse_failed(doc, study)
             model = model_from_doc(doc)
             if model is not None:
-                write_private(agent.state.study_dir(study) / MODEL_FILE, model.to_json().encode())
+                write_private(agent.state.study_dir(study) / layout.COHORT_MODEL,
+                              model.to_json().encode())
                 names = [f.name for f in config.features]
                 return {"study": study, "participant": name, "method": doc["method"],
                         "rounds": doc["rounds"], "sent": sent,
@@ -211,7 +213,7 @@ def run_cohorts(agent: Agent, study: str, data: str | Path, options: DataOptions
                                        "run the command again later")
                 time.sleep(poll)
                 continue
-            path = folder / f"round-{number}.json"
+            path = layout.cohort_round(agent.state.study_dir(study), number)
             if not path.exists():
                 anchor = agent.clock()
                 # the study's release ceiling, checked as before every release kind; the

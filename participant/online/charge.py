@@ -21,6 +21,8 @@ __all__ = ["StreamCapReached", "StreamConfigChanged", "reserve_window"]
 class StreamCapReached(BudgetExceeded):
     """The next window's charge does not fit a cap: the stream stopped before drawing."""
 
+    exit_code = 8
+
 
 class StreamConfigChanged(ConfigError):
     """The study's online section changed: this stream's state cannot continue under it."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.budget import PrivacyBudget
 from common.errors import BudgetExceeded, SchemaMismatch
+from participant import layout
 from participant.data.spec import DataReport
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def stored_config(study_dir: Path, public_key: Ed25519PublicKey) -> StudyConfig 
     from common.errors import FedodError
     from common.study.signing import SignedConfig, verify_config
 
-    path = study_dir / "config.json"
+    path = study_dir / layout.CONFIG
     if not path.is_file():
         return None
     try:

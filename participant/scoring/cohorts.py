@@ -11,8 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.cohorts.model import CohortModel
-
-MODEL_FILE = "cohort_model.json"
+from participant import layout
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class Cohorts:
 
 def saved_model(study_dir: Path) -> CohortModel | None:
     """The released cohort model saved by ``fedod-participant cohorts``, if any."""
-    path = study_dir / MODEL_FILE
+    path = study_dir / layout.COHORT_MODEL
     return CohortModel.from_json(path.read_text()) if path.exists() else None
 
 
@@ -56,7 +55,7 @@ def fetch_cohorts(study_dir: Path, client: Any, config: Any) -> Cohorts | None:
     if model is not None:
         from participant.state import write_private
 
-        write_private(study_dir / MODEL_FILE, model.to_json().encode())
+        write_private(study_dir / layout.COHORT_MODEL, model.to_json().encode())
     else:
         model = saved_model(study_dir)
     return None if model is None else Cohorts(model, [f.name for f in config.features])

@@ -10,6 +10,7 @@ from common.errors import ConfigVersionConflict, CoordinatorUnavailable, NotFoun
 from common.study.config import StudyConfig
 from common.wire.encoding import decode_counts, to_dense
 from common.wire.schemas import ModelPublic
+from participant import layout
 from participant.client import CoordinatorClient
 from participant.state import StateDir, write_private
 
@@ -20,7 +21,7 @@ def fetch_model(
     """Get the model, sending ``If-None-Match`` with the cached ETag; fall back to the cache
     (with a warning) only when the coordinator is unreachable."""
     folder = state.study_dir(study)
-    cache, etag_file = folder / "model.json", folder / "model.etag"
+    cache, etag_file = folder / layout.MODEL, folder / layout.MODEL_ETAG
     etag = etag_file.read_text() if cache.exists() and etag_file.exists() else None
     try:
         text, new_etag = client.get_model(study, etag)

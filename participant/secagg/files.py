@@ -17,12 +17,10 @@ from common.secagg.identity import sign_identity_proof
 from common.secagg.keys import RoundSecrets, raw_public
 from common.secagg.messages import b64e
 from common.study.signing import load_private_key, save_private_key
+from participant import layout
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.state import write_private
-
-SUBSTITUTE = "substitute.txt"
-"""Written (local only) when the data could not be used and the vector is noise only."""
 
 
 @dataclass
@@ -37,23 +35,23 @@ class RoundFiles:
         return self.root.parent.parent
 
     def secrets(self, attempt: int) -> RoundSecrets:
-        path = self.root / f"attempt-{attempt}.keys"
+        path = layout.attempt_file(self.root, attempt, "keys")
         if not path.exists():
             write_private(path, RoundSecrets.generate().to_bytes())
         return RoundSecrets.from_bytes(path.read_bytes())
 
     def unmasked(self) -> int | None:
-        path = self.root / "unmasked"
+        path = self.root / layout.UNMASKED
         return int(path.read_text()) if path.exists() else None
 
     def masked_attempt(self) -> int | None:
         """The last attempt of the round this participant masked (its stored frames)."""
-        done = [int(p.name.split("-")[1].split(".")[0]) for p in self.root.glob("attempt-*.masked")]
+        done = layout.masked_attempts(self.root)
         return max(done) if done else None
 
     def masked_roster(self, attempt: int) -> str | None:
         """The digest of the roster this participant masked under in ``attempt``."""
-        path = self.root / f"attempt-{attempt}.roster"
+        path = layout.attempt_file(self.root, attempt, "roster")
         return path.read_text() if path.exists() else None
 
     def masked_frame(self, attempt: int, roster_digest: str, make: Callable[[], bytes],
@@ -64,69 +62,61 @@ class RoundFiles:
         def made() -> bytes:
             if draw is not None:
                 record_draw(self.study_dir, draw)
-            write_private(self.root / f"attempt-{attempt}.roster", roster_digest.encode())
+            write_private(layout.attempt_file(self.root, attempt, "roster"),
+                          roster_digest.encode())
             return make()
-        return self.frame(f"attempt-{attempt}.masked", made)
+        return self.frame(layout.attempt_file(self.root, attempt, "masked"), made)
 
     def record_unmasked(self, attempt: int) -> None:
-        write_private(self.root / "unmasked", str(attempt).encode())
+        write_private(self.root / layout.UNMASKED, str(attempt).encode())
 
     def store_noisy(self, noisy: NDArray[np.int64], substitute: str | None) -> None:
         """Store the noisy vector (fsync) as ``noisy.npy``, and the local-only reason
-        beside it (:data:`SUBSTITUTE`) when it is noise only; a restart reuses it."""
+        beside it (``substitute.txt``) when it is noise only; a restart reuses it."""
         if substitute is not None:  # local only: stays on this machine
-            write_private(self.root / SUBSTITUTE, substitute.encode())
-        tmp = self.root / "noisy.tmp.npy"
+            write_private(self.root / layout.SUBSTITUTE, substitute.encode())
+        tmp = self.root / layout.NOISY_TMP
         np.save(tmp, noisy.astype(np.int64))
-        write_private(self.root / "noisy.npy", tmp.read_bytes())
+        write_private(self.root / layout.NOISY, tmp.read_bytes())
         tmp.unlink()
 
-    def frame(self, name: str, make: Callable[[], bytes]) -> bytes:
+    def frame(self, path: Path, make: Callable[[], bytes]) -> bytes:
         """A stored frame, made and stored (fsync) first if absent: retries resend it."""
-        path = self.root / name
         if not path.exists():
             write_private(path, make())
         return path.read_bytes()
 
 
-DRAW = "beacon-draw"
-"""In the study's state directory: the beacon's draw count of the last roster this member
-masked under (common.secagg.draws; 0 before its first)."""
-
-
-CERTIFICATE = "membership-version"
-"""In the study's state directory: the highest membership-certificate version this member
-verified (0 before the first)."""
 
 
 def last_draw(study_dir: Path) -> int:
     """``c_last``: the draw count this member last masked under in the study (0 at first)."""
-    path = study_dir / DRAW
+    path = study_dir / layout.BEACON_DRAW
     return int(path.read_text()) if path.exists() else 0
 
 
 def record_draw(study_dir: Path, count: int) -> None:
     """Store (fsync) ``count`` as ``c_last`` before the masked frame is made; never lowered."""
-    write_private(study_dir / DRAW, str(max(count, last_draw(study_dir))).encode())
+    write_private(study_dir / layout.BEACON_DRAW, str(max(count, last_draw(study_dir))).encode())
 
 
 def certificate_floor(study_dir: Path) -> int:
     """The highest certificate version this member verified in the study (0 before the
     first): a lower one is refused (a replayed certificate would bring back a rotated-out
     key)."""
-    path = study_dir / CERTIFICATE
+    path = study_dir / layout.MEMBERSHIP_VERSION
     return int(path.read_text()) if path.exists() else 0
 
 
 def record_certificate(study_dir: Path, version: int) -> None:
     """Store (fsync) a verified certificate's version; never lowered."""
     if version > certificate_floor(study_dir):
-        write_private(study_dir / CERTIFICATE, str(version).encode())
+        write_private(study_dir / layout.MEMBERSHIP_VERSION, str(version).encode())
 
 
 def identity_key(agent: Agent) -> Ed25519PrivateKey:
     """The participant's long-term Ed25519 identity key (created once, 0600)."""
-    path = agent.state.root / "identity_key.pem"
+    path = agent.state.identity_key_path
     if not path.exists():
         tmp = path.with_suffix(".tmp")
         save_private_key(Ed25519PrivateKey.generate(), tmp)
@@ -153,5 +143,4 @@ def ensure_identity(agent: Agent) -> None:
 
 def rounds_taken(agent: Agent, study: str) -> set[int]:
     """Rounds of ``study`` for which this participant stored a noisy vector."""
-    root = agent.state.study_dir(study) / "rounds"
-    return {int(p.parent.name) for p in root.glob("*/noisy.npy")} if root.is_dir() else set()
+    return layout.rounds_with_noisy(agent.state.study_dir(study))

@@ -30,21 +30,25 @@ fresh masks.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from common.errors import ConfigError, Conflict
 from common.secagg import participant as proto
 from common.secagg.answers import answer_recover, answer_unmask
+from common.secagg.keys import RoundSecrets
 from common.secagg.membership import SignedMembership
 from common.secagg.messages import RoundRef, SignedMessage
 from common.secagg.pacing import Pacing
-from common.secagg.schemas import RoundState
+from common.secagg.params import AggregationParams
+from common.secagg.schemas import RoundState, RoundStatus
 from common.secagg.vector import NoiseShare
 from common.secagg.view import complete_state
 from common.secagg.wire import OCTET_STREAM, WIRE
+from participant import layout
 from participant.agent import Agent
 from participant.client import CoordinatorClient
 from participant.options import DataOptions
@@ -58,7 +62,12 @@ from participant.secagg.files import (
     register_identity,
 )
 from participant.secagg.vector import default_noise_share, noisy_vector, raise_if_substituted
-from participant.state import write_private
+from participant.state import Enrolment, write_private
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from common.study.config import StudyConfig
 
 Stop = Literal["keys", "masked"] | None
 
@@ -158,6 +167,195 @@ def _post(
         client.post_round_message(study, number, what, msg, OCTET_STREAM)
 
 
+Step = dict[str, Any] | bool
+"""What a phase step returns: the command's result (leave the round), ``True`` when it sent a
+message (read the state again at once) or ``False`` when it has nothing to send (wait)."""
+
+JOINABLE = (RoundStatus.KEYS, RoundStatus.BEACON, RoundStatus.MASKING, RoundStatus.UNMASK)
+"""A member that has not taken part yet joins a round in these phases only."""
+
+
+@dataclass
+class _Member:
+    """One member's run of a secure round: what every phase step reads."""
+
+    agent: Agent
+    client: CoordinatorClient
+    study: str
+    data: str | Path
+    options: DataOptions
+    noise_share: NoiseShare
+    stop_after: Stop
+    send_slot: float
+    config: StudyConfig
+    config_digest: str
+    params: AggregationParams
+    me: Enrolment
+    name: str
+    identity: Ed25519PrivateKey
+    coordinator: Any
+    modulus_bits: int
+    study_dir: Path
+
+    def files(self, number: int) -> RoundFiles:
+        return RoundFiles(layout.round_dir(self.study_dir, number))
+
+    def took_part(self, number: int) -> bool:
+        """Whether this member stored a noisy vector for round ``number``."""
+        return (layout.round_dir(self.study_dir, number) / layout.NOISY).exists()
+
+    def check(self, st: RoundState, advert: bytes, ref: RoundRef,
+              **draw: int) -> proto.VerifiedRoster:
+        """The roster certified, then the certificate's version kept (never lowered)."""
+        roster = check_certified_roster(
+            st, advert, ref, me=self.name, coordinator_key=self.coordinator, params=self.params,
+            config_digest=self.config_digest, modulus_bits=self.modulus_bits,
+            consortium_key=self.me.consortium_key, config=self.config,
+            certificate_floor=certificate_floor(self.study_dir), **draw)
+        assert st.membership is not None
+        record_certificate(self.study_dir, st.membership.body().version)
+        return roster
+
+    def attempt(self, st: RoundState, number: int) -> _Attempt:
+        """This member's files, secrets and advert for the attempt ``st`` shows (refused when
+        the attempt leaves it out)."""
+        if self.name not in st.expected:
+            raise RoundAbandoned(f"{self.name} is not in attempt {st.attempt} of round {number}")
+        files = self.files(number)
+        files.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ref = RoundRef(study_id=self.study, round=number, attempt=st.attempt)
+        secrets = files.secrets(st.attempt)
+        advert = proto.make_advert(ref, self.name, self.identity, secrets)
+        return _Attempt(number, files, ref, secrets, advert)
+
+    def post(self, number: int, what: str, msg: bytes | SignedMessage) -> None:
+        _post(self.client, self.study, number, what, msg)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    number: int
+    files: RoundFiles
+    ref: RoundRef
+    secrets: RoundSecrets
+    advert: bytes
+
+
+def _keys(m: _Member, st: RoundState, number: int) -> Step:
+    """keys: post this attempt's advert (it does not depend on the data)."""
+    a = m.attempt(st, number)
+    if "advert" in st.done:
+        return False
+    m.post(number, "keys", a.advert)
+    if m.stop_after == "keys":
+        return {"stopped_after": "keys", "round": number}
+    return True
+
+
+def _wait(m: _Member, st: RoundState, number: int) -> Step:
+    """beacon, restarted: nothing to send until the coordinator moves on."""
+    m.attempt(st, number)
+    return False
+
+
+def _masking(m: _Member, st: RoundState, number: int) -> Step:
+    """masking: verify the roster, read the data, draw the noise once, send the masked frame
+    at the send slot."""
+    a = m.attempt(st, number)
+    if "masked" in st.done:
+        return False
+    roster = m.check(st, a.advert, a.ref, last_draw=last_draw(a.files.study_dir))  # only now is
+    # anything read: certified, and in a beacon study a draw within G of the last
+    anchor = m.agent.clock()
+    noisy = noisy_vector(m.agent, m.study, number, m.config, m.data, m.options, m.noise_share,
+                          a.files)
+    make = functools.partial(
+        proto.mask_upload, roster, me=m.name, identity=m.identity, secrets=a.secrets,
+        noisy=noisy, unmasked_attempt=a.files.unmasked(),
+    )
+    masked = a.files.masked_frame(st.attempt, roster.digest, make,
+                                  st.draw.count if st.draw else None)
+    send_at, _ = policy.send_schedule(anchor, m.send_slot, m.agent.clock())
+    if (pause := send_at - m.agent.clock()) > 0:
+        m.agent.sleep(pause)
+    m.post(number, "masked", masked)
+    if m.stop_after == "masked":
+        return {"stopped_after": "masked", "round": number}
+    return True
+
+
+def _unmask(m: _Member, st: RoundState, number: int) -> Step:
+    """unmask: answer with this member's self seed, under the rules of common.secagg.answers."""
+    a = m.attempt(st, number)
+    if "unmask" in st.done:
+        return False
+    assert st.request is not None
+    roster = m.check(st, a.advert, a.ref)
+    answer = answer_unmask(
+        st.request, roster, me=m.name, identity=m.identity, secrets=a.secrets, acks=st.acks,
+        coordinator_key=m.coordinator, params=m.params, unmasked_attempt=a.files.unmasked(),
+        masked_attempt=a.files.masked_attempt(), record=a.files.record_unmasked,
+        masked_roster=a.files.masked_roster(st.attempt),
+    )
+    m.post(number, "unmask", answer)
+    return True
+
+
+def _recover(m: _Member, st: RoundState, number: int) -> Step:
+    """recover: send the shares held of the lost members' seeds (only a neighbour of a lost
+    member that answered the unmask holds any)."""
+    a = m.attempt(st, number)
+    if "unmask" not in st.done or "shares" in st.done or not st.inbox:
+        return False
+    assert st.request is not None
+    shares = answer_recover(
+        st.request, m.check(st, a.advert, a.ref), me=m.name, identity=m.identity,
+        secrets=a.secrets, inbox=st.inbox, coordinator_key=m.coordinator,
+        unmasked_attempt=a.files.unmasked(), masked_attempt=a.files.masked_attempt(),
+        masked_roster=a.files.masked_roster(st.attempt),
+    )
+    m.post(number, "shares", shares)
+    return True
+
+
+def _done(m: _Member, st: RoundState, number: int) -> Step:
+    """done: the sum was revealed; exit 3 afterwards if this member's vector was noise only."""
+    if m.took_part(number):
+        raise_if_substituted(m.agent, m.study, number, m.files(number), m.data)
+    return {
+        "study": m.study,
+        "round": st.round,
+        "attempt": st.attempt,
+        "included": m.name in st.expected,
+        "cohort": st.cohort,
+        "survivors": st.survivors,
+        "participant": m.name,
+        "coordinator": m.me.coordinator_url,
+    }
+
+
+def _abandoned(m: _Member, st: RoundState, number: int) -> Step:
+    raise RoundAbandoned(f"round {number} of {m.study!r} was abandoned: {st.detail}")
+
+
+def _rejected(m: _Member, st: RoundState, number: int) -> Step:
+    raise RoundRejected(f"round {number} of {m.study!r} was rejected: {st.detail}")
+
+
+PHASES: dict[RoundStatus, Callable[[_Member, RoundState, int], Step]] = {
+    RoundStatus.KEYS: _keys,
+    RoundStatus.BEACON: _wait,
+    RoundStatus.MASKING: _masking,
+    RoundStatus.UNMASK: _unmask,
+    RoundStatus.RECOVER: _recover,
+    RoundStatus.RESTARTED: _wait,
+    RoundStatus.DONE: _done,
+    RoundStatus.ABANDONED: _abandoned,
+    RoundStatus.REJECTED: _rejected,
+}
+"""One step of the member per phase of the attempt it reads."""
+
+
 def run_secure_round(
     agent: Agent,
     study: str,
@@ -200,32 +398,22 @@ def run_secure_round(
         if me.consortium_key is None:
             certified_members(None, None, study, config, datetime.now(UTC))
         name = client.participant_name()
-        identity = register_identity(agent, client)
-        coordinator = agent.public_key()
-        k = config.secure_modulus_bits()
-        study_dir = agent.state.study_dir(study)
-
-        def check(st: RoundState, advert: bytes, ref: RoundRef,
-                  **draw: int) -> proto.VerifiedRoster:
-            """The roster certified, then the certificate's version kept (never lowered)."""
-            roster = check_certified_roster(
-                st, advert, ref, me=name, coordinator_key=coordinator, params=params,
-                config_digest=signed.digest(), modulus_bits=k, consortium_key=me.consortium_key,
-                config=config, certificate_floor=certificate_floor(study_dir), **draw)
-            assert st.membership is not None
-            record_certificate(study_dir, st.membership.body().version)
-            return roster
-
-        rounds_dir = study_dir / "rounds"
+        m = _Member(
+            agent=agent, client=client, study=study, data=data, options=options,
+            noise_share=noise_share, stop_after=stop_after, send_slot=send_slot, config=config,
+            config_digest=signed.digest(), params=params, me=me, name=name,
+            identity=register_identity(agent, client), coordinator=agent.public_key(),
+            modulus_bits=config.secure_modulus_bits(), study_dir=agent.state.study_dir(study),
+        )
         give_up = agent.clock() + wait
         number: int | None = None
-        held = Held(agent.state.study_dir(study) / "membership.json")
+        held = Held(agent.state.membership_path(study))
         while True:
-            st = _state(client, study, held, config_digest=signed.digest(), modulus_bits=k,
-                        degree=params.degree, threshold=params.threshold)
-            took_part = st is not None and (rounds_dir / str(st.round) / "noisy.npy").exists()
-            if st is None or (number is None and not took_part
-                              and st.status not in ("keys", "beacon", "masking", "unmask")):
+            st = _state(client, study, held, config_digest=m.config_digest,
+                        modulus_bits=m.modulus_bits, degree=params.degree,
+                        threshold=params.threshold)
+            if st is None or (number is None and not m.took_part(st.round)
+                              and st.status not in JOINABLE):
                 if agent.clock() > give_up:
                     raise TimeoutError(no_open_round(study, params.open_rounds, wait))
                 agent.sleep(pacing.next(_seen(st)))
@@ -233,80 +421,8 @@ def run_secure_round(
             number = number or st.round
             if st.round != number:
                 raise RoundAbandoned(f"round {number} was replaced by round {st.round}")
-            if st.status == "done":
-                if took_part:
-                    raise_if_substituted(agent, study, number,
-                                         RoundFiles(rounds_dir / str(number)), data)
-                return {
-                    "study": study,
-                    "round": st.round,
-                    "attempt": st.attempt,
-                    "included": name in st.expected,
-                    "cohort": st.cohort,
-                    "survivors": st.survivors,
-                    "participant": name,
-                    "coordinator": me.coordinator_url,
-                }
-            if st.status == "abandoned":
-                raise RoundAbandoned(f"round {number} of {study!r} was abandoned: {st.detail}")
-            if st.status == "rejected":
-                raise RoundRejected(f"round {number} of {study!r} was rejected: {st.detail}")
-            if name not in st.expected:
-                raise RoundAbandoned(f"{name} is not in attempt {st.attempt} of round {number}")
-            files = RoundFiles(rounds_dir / str(number))
-            files.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            ref = RoundRef(study_id=study, round=number, attempt=st.attempt)
-            secrets = files.secrets(st.attempt)
-            advert = proto.make_advert(ref, name, identity, secrets)
-            if st.status == "keys" and "advert" not in st.done:
-                _post(client, study, number, "keys", advert)
-                if stop_after == "keys":
-                    return {"stopped_after": "keys", "round": number}
-            elif st.status == "masking" and "masked" not in st.done:
-                roster = check(st, advert, ref, last_draw=last_draw(files.study_dir))  # only now is
-                # anything read: certified, and in a beacon study a draw within G of the last
-                anchor = agent.clock()
-                noisy = noisy_vector(agent, study, number, config, data, options, noise_share,
-                                      files)
-                make = functools.partial(
-                    proto.mask_upload, roster, me=name, identity=identity, secrets=secrets,
-                    noisy=noisy, unmasked_attempt=files.unmasked(),
-                )
-                masked = files.masked_frame(st.attempt, roster.digest, make,
-                                            st.draw.count if st.draw else None)
-                send_at, _ = policy.send_schedule(anchor, send_slot, agent.clock())
-                if (pause := send_at - agent.clock()) > 0:
-                    agent.sleep(pause)
-                _post(client, study, number, "masked", masked)
-                if stop_after == "masked":
-                    return {"stopped_after": "masked", "round": number}
-            elif st.status == "unmask" and "unmask" not in st.done:
-                assert st.request is not None
-                roster = check(st, advert, ref)
-                answer = answer_unmask(
-                    st.request,
-                    roster,
-                    me=name,
-                    identity=identity,
-                    secrets=secrets,
-                    acks=st.acks,
-                    coordinator_key=coordinator,
-                    params=params,
-                    unmasked_attempt=files.unmasked(),
-                    masked_attempt=files.masked_attempt(),
-                    record=files.record_unmasked,
-                    masked_roster=files.masked_roster(st.attempt),
-                )
-                _post(client, study, number, "unmask", answer)
-            elif (st.status == "recover" and "unmask" in st.done and "shares" not in st.done
-                  and st.inbox):  # only a neighbour of a lost member holds shares to send
-                assert st.request is not None
-                shares = answer_recover(
-                    st.request, check(st, advert, ref), me=name, identity=identity,
-                    secrets=secrets, inbox=st.inbox, coordinator_key=coordinator,
-                    unmasked_attempt=files.unmasked(), masked_attempt=files.masked_attempt(),
-                    masked_roster=files.masked_roster(st.attempt),
-                )
-                _post(client, study, number, "shares", shares)
-            else:
+            step = PHASES[st.status](m, st, number)
+            if isinstance(step, dict):
+                return step
+            if not step:
                 agent.sleep(pacing.next(_seen(st)))

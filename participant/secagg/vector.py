@@ -15,12 +15,13 @@ from numpy.typing import NDArray
 
 from common.secagg.vector import NoiseShare, noisy_secure_vector
 from common.study.config import StudyConfig
+from participant import layout
 from participant.agent import Agent
 from participant.data.counts import empty_counts, exact_histograms
 from participant.options import DataOptions
 from participant.release.contribute import ReleaseSubstituted
 from participant.release.flow import Charge, charged_release, or_noise_only
-from participant.secagg.files import SUBSTITUTE, RoundFiles
+from participant.secagg.files import RoundFiles
 
 
 def ledger_key(study: str, number: int) -> str:
@@ -47,7 +48,7 @@ def noisy_vector(
     files: RoundFiles,
 ) -> NDArray[np.int64]:
     """The stored noisy vector of this round; drawn once, after the ledger reserved it."""
-    path = files.root / "noisy.npy"
+    path = files.root / layout.NOISY
     if path.exists():
         stored: NDArray[np.int64] = np.load(path)
         return stored
@@ -73,7 +74,7 @@ def noisy_vector(
         known = ledger.entry(charge.key)
         if known is not None and known.status == "abandoned":
             ledger.check(charge.cost, enrolment.cap)
-        (files.root / SUBSTITUTE).unlink(missing_ok=True)  # left by a crash before noisy.npy
+        (files.root / layout.SUBSTITUTE).unlink(missing_ok=True)  # left by a crash before noisy.npy
         noisy, _ = charged_release(ledger, charge, make=make, store=files.store_noisy,
                                    status="kept", detail=detail, known=known)
     return noisy.astype(np.int64)
@@ -82,7 +83,7 @@ def noisy_vector(
 def raise_if_substituted(agent: Agent, study: str, number: int, files: RoundFiles,
                          data: object) -> None:
     """After the round: raise (exit 3) when this member's vector was noise only."""
-    path = files.root / SUBSTITUTE
+    path = files.root / layout.SUBSTITUTE
     if path.exists():
         key = ledger_key(study, number)
         with agent.ledger() as ledger:

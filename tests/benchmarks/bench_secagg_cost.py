@@ -89,7 +89,7 @@ def _independent(m: int, cells: int) -> tuple[float, int]:
 def _state(n: int, me: str, status: str, **fields: object) -> int:
     """Bytes of a member's round state as the coordinator serves it: compact (defaults, the
     roster digest, the signed fields the member knows and, until the round is over, the
-    counts left out: common.secagg.view, coordinator.services.secagg_views)."""
+    counts left out: common.secagg.view, coordinator.services.secagg.views)."""
     base = dict(round=1, attempt=1, status=status, expected=[me], wire=WIRE)
     for signed in ("roster", "request"):
         if fields.get(signed) is not None:

@@ -43,6 +43,19 @@ def test_tree_and_status(cls: type[errors.FedodError], parent: type, status: int
     assert cls.status_code == status
 
 
+EXIT_CODES = [
+    (errors.FedodError, 1), (errors.InvalidInput, 3), (errors.SchemaMismatch, 3),
+    (errors.SecureSumRejected, 3), (errors.ConfigError, 4), (errors.SignatureInvalid, 4),
+    (errors.BudgetExceeded, 5), (errors.CoordinatorUnavailable, 6), (errors.NotFound, 7),
+    (errors.Conflict, 7), (errors.ConfigVersionConflict, 7), (errors.IdempotencyConflict, 7),
+]
+
+
+@pytest.mark.parametrize(("cls", "code"), EXIT_CODES)
+def test_exit_code_on_each_class(cls: type[errors.FedodError], code: int) -> None:
+    assert cls.exit_code == code
+
+
 def test_context_is_kept() -> None:
     exc = errors.PayloadInvalid("digest mismatch; re-encode the counts", field="lsh")
     assert str(exc) == "digest mismatch; re-encode the counts"

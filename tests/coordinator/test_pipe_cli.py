@@ -32,7 +32,7 @@ def test_study_template_into_a_closed_pipe(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["participant.cli.main", "simulation.main",
-                                    "participant.cli.consortium"])
+                                    "participant.consortium.cli"])
 def test_every_entry_point_is_wrapped(module):
     """Each entry point runs its command through common.cli.quiet_broken_pipe."""
     source = Path(__import__(module, fromlist=["main"]).__file__).read_text()

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from coordinator.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
 from coordinator.cli.rounds import describe
-from coordinator.services import secagg, secagg_auto
-from coordinator.services.secagg_views import round_public
+from coordinator.services.secagg import auto, rounds
+from coordinator.services.secagg.views import round_public
 from coordinator.services.studies import get_study
 
 NAMES = ["h0", "h1", "h2", "h3"]
@@ -52,8 +52,8 @@ def test_round_one_opens_itself_once_every_certified_member_is_ready(
     assert opened["expected"] == NAMES
     with Session(app.state.engine) as session:
         study = get_study(session, "auto")
-        assert secagg_auto.readiness(session, study) is None  # a round exists
-        rnd = secagg.abort_round(session, study, 1)
+        assert auto.readiness(session, study) is None  # a round exists
+        rnd = rounds.abort_round(session, study, 1)
         assert rnd.status == "abandoned" and "aborted by the administrator" in rnd.detail
         assert describe(round_public(session, rnd)).startswith(
             "round 1 attempt 1: abandoned; expected 4 (h0, h1, h2, h3)")
@@ -70,7 +70,7 @@ def test_a_missing_member_leaves_the_round_to_the_admin(client, app, make_partic
     r = _current(client, hs[0])
     assert r.status_code == 404 and "no round yet" in r.json()["detail"]
     with Session(app.state.engine) as session:
-        assert secagg_auto.readiness(session, get_study(session, "auto")) == (3, 4)
+        assert auto.readiness(session, get_study(session, "auto")) == (3, 4)
     r = client.post("/v1/studies/auto/rounds", headers=ADMIN)  # n - D = 3 may run
     assert r.status_code == 201 and r.json()["expected"] == NAMES[:3]
 

@@ -1,4 +1,4 @@
-"""The beacon phase of a secure round (coordinator.services.secagg_beacon): a study whose
+"""The beacon phase of a secure round (coordinator.services.secagg.beacon): a study whose
 masking graph is sparse waits after its roster for the consortium's beacon signature."""
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def test_bad_beacon_posts_are_refused_with_4xx_and_the_round_keeps_waiting(clien
 
 def test_no_attempt_above_the_cap_is_opened(client, beacon_round, monkeypatch):
     """Lost before masking in the last attempt the beacon signs: abandoned, not restarted."""
-    monkeypatch.setattr("coordinator.services.secagg.BEACON_ATTEMPTS", 1)
+    monkeypatch.setattr("coordinator.services.secagg.rounds.BEACON_ATTEMPTS", 1)
     env, hs = beacon_round
     assert client.post("/v1/studies/sec/rounds/1/beacon",
                        json=_beacon(env, _pending(client))).status_code == 200

@@ -82,7 +82,7 @@ def _parser(program: str) -> Any:
 
         return participant_parser(cli.__doc__ or "")
     if program == "fedod-consortium":
-        from participant.cli.consortium import build_parser as consortium_parser
+        from participant.consortium.cli import build_parser as consortium_parser
 
         return consortium_parser()
     if program == "fedod-simulate":

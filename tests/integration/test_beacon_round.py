@@ -26,7 +26,7 @@ from secagg_http import Env, Hospital, Member
 from common.secagg.membership import MembershipBody, sign_membership
 from common.study.signing import load_private_key, save_private_key
 from common.wire.encoding import EncodedCounts, decode_counts
-from participant.cli.consortium import raw_key
+from participant.consortium.cli import raw_key
 
 BIN = Path(sys.executable).parent
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]

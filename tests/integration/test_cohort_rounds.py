@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from participant.scoring.cohorts import MODEL_FILE
+from participant.layout import COHORT_MODEL
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(3)]
@@ -160,7 +160,7 @@ def test_three_participants_run_every_round_end_to_end(participant_coordinator,
     from common.cohorts.model import CohortModel
     from common.detectors import CentroidDetector
 
-    model = CohortModel.from_json((states["ch1"] / "studies" / STUDY / MODEL_FILE).read_text())
+    model = CohortModel.from_json((states["ch1"] / "studies" / STUDY / COHORT_MODEL).read_text())
     expected = CentroidDetector.from_model(model).decision_function(X)
     np.testing.assert_allclose([float(r["score_centroid"]) for r in rows], expected, rtol=1e-9)
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from participant_cli_kit import EXE, FEATURES, SLOT_ENV, new_study, run_cli, write_data
 from secagg_http import certify_states
 
-from participant.cli.consortium import raw_key
+from participant.consortium.cli import raw_key
 
 
 def test_run_releases_once_and_rerun_pays_nothing(participant_coordinator, tmp_path: Path):

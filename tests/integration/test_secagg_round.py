@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secagg_http import certify_states
 
 from common.wire.encoding import decode_counts
-from participant.cli.consortium import raw_key
 from participant.cli.main import EXIT_CONFIG
+from participant.consortium.cli import raw_key
 
 EXE = str(Path(sys.executable).with_name("fedod-participant"))
 FEATURES = [{"name": f"x{i}", "lo": 0.0, "hi": 1.0} for i in range(4)]

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from common.secagg.messages import b64e
 from common.study.signing import public_key_pem
-from participant.cli.consortium import load_consortium_key, main, raw_key
+from participant.consortium.cli import load_consortium_key, main, raw_key
 
 
 def test_keygen_sign_verify_show(tmp_path, capsys):

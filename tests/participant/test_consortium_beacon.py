@@ -1,4 +1,4 @@
-"""``fedod-consortium beacon``'s decisions and record (participant.cli.consortium_beacon); the
+"""``fedod-consortium beacon``'s decisions and record (participant.consortium.beacon); the
 command against a real coordinator is tests/integration/test_beacon_round.py."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from common.secagg.membership import MembershipBody, sign_membership
 from common.secagg.messages import RoundRef, RoundRefused, b64d, b64e
 from common.secagg.params import AggregationParams
 from common.secagg.schemas import BeaconPending
-from participant.cli.consortium import main
-from participant.cli.consortium_beacon import BeaconRecordFile, beacon_for
+from participant.consortium.beacon import BeaconRecordFile, beacon_for
+from participant.consortium.cli import main
 
 NOW = datetime.now(UTC)
 

@@ -28,7 +28,7 @@ from common.study.config import FeatureSpec, PrivacyParams, new_study_config
 from common.study.signing import generate_key, key_fingerprint, public_key_pem, sign_config
 from participant.agent import Agent, DataOptions
 from participant.cli.commands import pin_consortium_key
-from participant.cli.consortium import certify, raw_key
+from participant.consortium.cli import certify, raw_key
 from participant.secagg.round import run_secure_round
 
 FEATS = [FeatureSpec(name=n, lo=0.0, hi=1.0) for n in ("a", "b", "c")]

@@ -25,8 +25,8 @@ from coordinator.api.deps import (
     StudyMember,
     StudyReader,
 )
-from coordinator.services import secagg, secagg_auto, secagg_beacon, secagg_store, secagg_views
-from coordinator.services.secagg_phases import secure_params
+from coordinator.services.secagg import auto, beacon, rounds, store, views
+from coordinator.services.secagg.phases import secure_params
 
 router = APIRouter(tags=["secure aggregation"], route_class=AuthFirstRoute)
 
@@ -45,7 +45,7 @@ def register_identity_key(
 ) -> IdentityKeyCreate:
     """Register this participant's long-term Ed25519 identity key with a proof that it holds
     it (once; 422 bad proof; 409 another key, or a key another participant registered)."""
-    if not secagg_store.register_identity(session, participant, body, keys.key_id()):
+    if not store.register_identity(session, participant, body, keys.key_id()):
         response.status_code = status.HTTP_200_OK
     return body
 
@@ -57,14 +57,14 @@ def put_membership(
     """Store the consortium-signed membership certificate of a secure study (admin; members
     verify its signature under the consortium key they pinned, the coordinator cannot sign)."""
     params = secure_params(study)[1]
-    secagg_store.save_membership(session, study.id, params, body)
+    store.save_membership(session, study.id, params, body)
     return body
 
 
 @router.get("/studies/{study_id}/membership")
 def get_membership(session: ReadSessionDep, study: StudyMember) -> SignedMembership:
     """The study's membership certificate as uploaded (404 before one is)."""
-    signed = secagg_store.membership(session, study.id)
+    signed = store.membership(session, study.id)
     if signed is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no membership certificate uploaded")
     return signed
@@ -73,13 +73,13 @@ def get_membership(session: ReadSessionDep, study: StudyMember) -> SignedMembers
 @router.post("/studies/{study_id}/rounds", status_code=status.HTTP_201_CREATED)
 def open_round(study: StudyReader, session: SessionDep, _: AdminDep) -> RoundPublic:
     """Open the next release round of a secure study (admin)."""
-    return secagg_views.round_public(session, secagg.open_round(session, study))
+    return views.round_public(session, rounds.open_round(session, study))
 
 
 @router.get("/studies/{study_id}/rounds")
 def list_rounds(session: ReadSessionDep, study: StudyReader) -> list[RoundPublic]:
     """Every attempt of every round of the study: cohort, survivors, status."""
-    return [secagg_views.round_public(session, r) for r in secagg.list_rounds(session, study.id)]
+    return [views.round_public(session, r) for r in rounds.list_rounds(session, study.id)]
 
 
 @router.get("/studies/{study_id}/rounds/current", response_model_exclude_defaults=True)
@@ -111,8 +111,8 @@ def current_round(
     neighbours' adverts, the unmask request and their acknowledgements, the shares sealed for
     the caller
     (a study whose config says ``open_rounds: when_ready`` opens round 1 here once ready)."""
-    secagg_auto.open_if_ready(session, study)
-    return secagg_views.round_state(session, keys, study, participant, known_roster,
+    auto.open_if_ready(session, study)
+    return views.round_state(session, keys, study, participant, known_roster,
                                     known_membership)
 
 
@@ -121,7 +121,7 @@ def advance_round(
     number: int, study: StudyReader, session: SessionDep, keys: KeysDep, _: AdminDep
 ) -> RoundPublic:
     """Declare members that have not acted lost: publish, restart without them, or finish."""
-    return secagg_views.round_public(session, secagg.advance(session, keys, study, number))
+    return views.round_public(session, rounds.advance(session, keys, study, number))
 
 
 async def frame_body(request: Request) -> bytes:
@@ -158,7 +158,7 @@ def beacon_pending(study_id: str, session: ReadSessionDep) -> BeaconPending:
     """The attempt waiting for the consortium's beacon signature, with its full signed roster
     (no credential: the consortium key holder is not a participant, and a roster names its
     members by a bitmap over the certificate only; 404, one answer, otherwise)."""
-    return secagg_beacon.pending(session, study_id)
+    return beacon.pending(session, study_id)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/beacon")
@@ -168,8 +168,8 @@ def post_beacon(number: int, study_id: str, body: BeaconCreate, session: Session
     credential: it must verify under the key that signed the study's membership certificate;
     422 otherwise; 404, one answer, unless that attempt of that round waits for this roster's
     beacon). The attempt moves on to masking."""
-    rnd = secagg_beacon.accept_beacon(session, study_id, number, body)
-    return secagg_views.round_public(session, rnd)
+    rnd = beacon.accept_beacon(session, study_id, number, body)
+    return views.round_public(session, rnd)
 
 
 @router.post("/studies/{study_id}/rounds/{number}/{step}", openapi_extra=FRAME_DOC)
@@ -186,5 +186,5 @@ def post_round_message(
     vector and its sealed seed shares; charges the release to its ledger), ``unmask`` (its own
     self-mask seed), ``shares`` (recover phase only: its 16-byte shares of the seeds of the
     lost members it neighbours; refused unless it answered this attempt's unmask request)."""
-    rnd = secagg.post_message(session, keys, study, participant, number, step, frame)
-    return secagg_views.round_public(session, rnd)
+    rnd = rounds.post_message(session, keys, study, participant, number, step, frame)
+    return views.round_public(session, rnd)

@@ -1,6 +1,6 @@
 """What ends each phase of a secure aggregation round (the state machine that calls these is
-:mod:`coordinator.services.secagg`): the roster published (keys -> masking, or keys -> beacon
-in a study whose masking graph needs the consortium's beacon: :mod:`.secagg_beacon`), the recovery
+:mod:`coordinator.services.secagg.rounds`): the roster published (keys -> masking, or keys ->
+beacon in a study whose masking graph needs the consortium's beacon: :mod:`.beacon`), the recovery
 request (unmask -> recover), and the reveal: the sum unmasked, checked and merged (done), or
 the reason it was not (rejected, abandoned).
 """
@@ -20,11 +20,12 @@ from common.secagg.checks import check_secure_sum
 from common.secagg.messages import RoundRef, RoundRefused, SignedMessage, b64d
 from common.secagg.params import AggregationParams
 from common.secagg.roster import VerifiedRoster
+from common.secagg.schemas import RoundStatus
 from common.study.config import StudyConfig
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study, utcnow
 from coordinator.keys import KeyStore
-from coordinator.services import secagg_store as store
+from coordinator.services.secagg import store
 from coordinator.services.studies import study_config
 
 log = logging.getLogger("fedod.secagg")
@@ -74,7 +75,7 @@ def roster_of(session: Session, rnd: Round, keys: KeyStore) -> VerifiedRoster:
     return verified
 
 
-def finish(session: Session, rnd: Round, status: str, detail: str | None = None) -> None:
+def finish(session: Session, rnd: Round, status: RoundStatus, detail: str | None = None) -> None:
     rnd.status, rnd.detail, rnd.finished_at = status, detail, utcnow()
     log.info(
         "round finished",
@@ -86,7 +87,7 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     config, params = secure_params(study)
     adverts = {name: b64d(frame) for name, frame in store.messages(session, rnd, "advert").items()}
     if len(adverts) < params.min_roster:
-        finish(session, rnd, "abandoned", f"{len(adverts)} key adverts, fewer than n - D")
+        finish(session, rnd, RoundStatus.ABANDONED, f"{len(adverts)} key adverts, fewer than n - D")
         return
     roster = server.build_roster(
         ref(rnd),
@@ -98,9 +99,9 @@ def publish(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
         degree=params.degree,
         key=keys.private_key(),
     )
-    # a sparse graph that can be bad waits for the consortium's beacon (secagg_beacon)
+    # a sparse graph that can be bad waits for the consortium's beacon (beacon.py)
     rnd.roster = roster.model_dump_json()
-    rnd.status = "beacon" if params.needs_beacon else "masking"
+    rnd.status = RoundStatus.BEACON if params.needs_beacon else RoundStatus.MASKING
 
 
 def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
@@ -129,15 +130,16 @@ def reveal(session: Session, keys: KeyStore, study: Study, rnd: Round) -> None:
     try:
         total = server.reveal_sum(roster, words, seeds, shares, commitments)
     except RoundRefused as exc:
-        finish(session, rnd, "abandoned", exc.message)
+        finish(session, rnd, RoundStatus.ABANDONED, exc.message)
         return
     try:  # a member may have added anything to its own vector: not merged unless plausible
         check_secure_sum(config, total, len(roster.names))
     except SecureSumRejected as exc:  # the members stay charged: their noise was drawn
-        finish(session, rnd, "rejected", exc.message)
+        finish(session, rnd, RoundStatus.REJECTED, exc.message)
         return
     store.replace_model(session, study.id, config, total, len(roster.names))
-    finish(session, rnd, "done", f"{len(seeds)} of {len(roster.names)} answered the unmask")
+    finish(session, rnd, RoundStatus.DONE,
+           f"{len(seeds)} of {len(roster.names)} answered the unmask")
 
 
 def recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationParams) -> None:
@@ -149,9 +151,9 @@ def recover(session: Session, keys: KeyStore, rnd: Round, params: AggregationPar
     missing = [n for n in roster.names if n not in answered]
     lost = server.unrecoverable(roster, answered, missing)
     if lost:
-        finish(session, rnd, "abandoned",
+        finish(session, rnd, RoundStatus.ABANDONED,
                f"{len(lost)} members lost after masking ({', '.join(lost[:5])}) have fewer "
                f"than the threshold {roster.body.threshold} of their graph neighbours answering")
         return
     rnd.request = server.build_recover(roster, missing, keys.private_key()).model_dump_json()
-    rnd.status = "recover"
+    rnd.status = RoundStatus.RECOVER

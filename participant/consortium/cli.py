@@ -15,7 +15,7 @@ invent members. Every hospital pins its public key at enrolment
     fedod-consortium beacon --key consortium.pem --coordinator URL --study ID \
         --membership membership.json --record beacon-record.jsonl [--once]
     # studies whose sparse masking graph can be bad: sign each round attempt's roster
-    # (participant.cli.consortium_beacon, common.secagg.beacon)
+    # (participant.consortium.beacon, common.secagg.beacon)
 
 ``members.json`` is a :class:`~common.secagg.membership.MembershipBody`: study_id, version,
 expires_at, cohort_size, max_dropouts, max_colluders and members (name -> identity key).
@@ -57,7 +57,7 @@ from common.study.signing import (
     public_key_from_pem,
     save_private_key,
 )
-from participant.cli import consortium_beacon
+from participant.consortium import beacon
 
 if TYPE_CHECKING:
     from participant.agent import Agent
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="print a certificate WITHOUT checking its signature")
     p.add_argument("membership", metavar="MEMBERSHIP_JSON")
     p.set_defaults(run=_show)
-    consortium_beacon.add_parser(sub)
+    beacon.add_parser(sub)
     return parser
 
 

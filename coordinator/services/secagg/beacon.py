@@ -26,12 +26,12 @@ from common.secagg.draws import verify_draw
 from common.secagg.membership import CONTEXT, SignedMembership
 from common.secagg.messages import RosterBody, RoundRefused, SignedMessage, b64d, raw_ed25519
 from common.secagg.roster import from_bitmap
-from common.secagg.schemas import BeaconCreate, BeaconDraw, BeaconPending
+from common.secagg.schemas import BeaconCreate, BeaconDraw, BeaconPending, RoundStatus
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Study
-from coordinator.services import secagg_store as store
-from coordinator.services.secagg import current
-from coordinator.services.secagg_phases import ref
+from coordinator.services.secagg import store
+from coordinator.services.secagg.phases import ref
+from coordinator.services.secagg.rounds import current
 from coordinator.services.studies import study_config
 
 __all__ = ["pending", "accept_beacon", "member_draw"]
@@ -60,7 +60,7 @@ def pending(session: Session, study_id: str) -> BeaconPending:
         rnd = current(session, study.id)
     except NotFound:
         raise _waiting(study_id) from None
-    if rnd.status != "beacon" or rnd.roster is None:
+    if rnd.status != RoundStatus.BEACON or rnd.roster is None:
         raise _waiting(study_id)
     return BeaconPending(study_id=study.id, round=rnd.number, attempt=rnd.attempt,
                          roster=SignedMessage.model_validate_json(rnd.roster))
@@ -116,7 +116,7 @@ def accept_beacon(session: Session, study_id: str, number: int, body: BeaconCrea
     if same and rnd.beacon is not None and rnd.beacon == body.signature:
         return rnd
     roster = SignedMessage.model_validate_json(rnd.roster) if rnd.roster else None
-    if (not same or rnd.status != "beacon" or roster is None
+    if (not same or rnd.status != RoundStatus.BEACON or roster is None
             or body.roster_digest != roster.digest()):
         raise _waiting(study_id)  # no round counter, phase or roster for an anonymous caller
     digest = roster.digest()
@@ -126,7 +126,7 @@ def accept_beacon(session: Session, study_id: str, number: int, body: BeaconCrea
     except RoundRefused as exc:
         raise SignatureInvalid(exc.message) from exc
     rnd.draws = _draws(rnd, roster, membership, body)
-    rnd.beacon, rnd.status = body.signature, "masking"
+    rnd.beacon, rnd.status = body.signature, RoundStatus.MASKING
     session.commit()
     return rnd
 

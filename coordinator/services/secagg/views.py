@@ -7,16 +7,16 @@ from sqlalchemy.orm import Session
 from common.secagg import server, view
 from common.secagg.messages import RosterBody, SignedMessage, b64d, b64e
 from common.secagg.roster import VerifiedRoster
-from common.secagg.schemas import RoundPublic, RoundState
+from common.secagg.schemas import RoundPublic, RoundState, RoundStatus
 from common.secagg.wire import WIRE
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Participant, Study
 from coordinator.keys import KeyStore
-from coordinator.services import secagg_store as store
-from coordinator.services.secagg import current
-from coordinator.services.secagg_beacon import member_draw
-from coordinator.services.secagg_phases import roster_of
-from coordinator.services.secagg_store import missing_members
+from coordinator.services.secagg import store
+from coordinator.services.secagg.beacon import member_draw
+from coordinator.services.secagg.phases import roster_of
+from coordinator.services.secagg.rounds import current
+from coordinator.services.secagg.store import missing_members
 from coordinator.services.studies import study_config
 
 
@@ -30,7 +30,7 @@ def round_public(session: Session, rnd: Round) -> RoundPublic:
         study_id=rnd.study_id,
         round=rnd.number,
         attempt=rnd.attempt,
-        status=rnd.status,  # type: ignore[arg-type]
+        status=RoundStatus(rnd.status),
         expected=store.expected(rnd),
         cohort=cohort,
         masked=n["masked"],
@@ -46,7 +46,7 @@ def _inbox(session: Session, study: Study, rnd: Round, roster: VerifiedRoster, m
            ) -> dict[str, str]:
     """In the recover phase: the shares sealed for ``me`` by its graph neighbours lost after
     masking (only theirs: a holder is never handed shares it is not asked to reveal)."""
-    if rnd.status != "recover" or rnd.request is None:
+    if rnd.status != RoundStatus.RECOVER or rnd.request is None:
         return {}
     missing = set(missing_members(rnd, roster.names)) & set(roster.holders(me))
     cells = study_config(study).secure_cells
@@ -65,7 +65,7 @@ def _neighbourhood(session: Session, rnd: Round, roster: VerifiedRoster, me: str
     adverts = "" if known else server.neighbour_adverts(roster, me, {
         n: b64d(f) for n, f in store.messages(session, rnd, "advert", near).items()})
     acks = ""
-    if rnd.status == "unmask":
+    if rnd.status == RoundStatus.UNMASK:
         masked = {n: b64d(f) for n, f in store.messages(session, rnd, "masked", near).items()}
         acks = server.neighbour_acks(roster, me, masked)
     return adverts, acks
@@ -89,25 +89,27 @@ def round_state(
     mine = [k for k in ("advert", "masked", "unmask", "shares") if k in sent]
     # phase beacon: the roster is not final for members until the consortium signed it
     roster = (SignedMessage.model_validate_json(rnd.roster)
-              if rnd.roster and rnd.status != "beacon" else None)
+              if rnd.roster and rnd.status != RoundStatus.BEACON else None)
     digest = roster.digest() if roster else None
     known = digest is not None and digest == known_roster
     adverts = acks = ""
     inbox: dict[str, str] = {}
     request = (SignedMessage.model_validate_json(rnd.request)
-               if rnd.request and rnd.status in ("unmask", "recover") else None)
-    if roster is not None and rnd.status in ("masking", "unmask", "recover"):
+               if rnd.request and rnd.status in (RoundStatus.UNMASK, RoundStatus.RECOVER) else None)
+    if roster is not None and rnd.status in (RoundStatus.MASKING, RoundStatus.UNMASK,
+                                               RoundStatus.RECOVER):
         verified = roster_of(session, rnd, keys)
         if me in verified.names:
             adverts, acks = _neighbourhood(session, rnd, verified, me, known)
             inbox = _inbox(session, study, rnd, verified, me)
-        if rnd.status == "recover":  # the lost members this caller neighbours, or none
+        if rnd.status == RoundStatus.RECOVER:  # the lost members this caller neighbours, or none
             near = sorted(inbox)
             request = server.build_recover(verified, near, keys.private_key()) if near else None
     certificate = store.membership(session, study.id) if roster is not None else None
     if certificate is not None and certificate.digest() == known_membership:
         certificate = None
-    over = rnd.status in ("done", "rejected", "abandoned")  # counts only once it is over
+    # counts only once it is over
+    over = rnd.status in (RoundStatus.DONE, RoundStatus.REJECTED, RoundStatus.ABANDONED)
     counts = {"cohort", "masked", "survivors", "recovered_by"}
     left_out = {"study_id", "created_at", "finished_at", "expected"} | (set() if over else counts)
     return RoundState(  # compact (common.secagg.view): what the member knows is left out

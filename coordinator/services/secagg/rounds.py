@@ -2,7 +2,7 @@
 
     keys ──(every expected advert, or admin advance with >= n - D)──► masking
     (beacon studies only: keys ──► beacon ──(the consortium's beacon signature)──► masking,
-     coordinator.services.secagg_beacon; attempts above common.secagg.beacon.BEACON_ATTEMPTS
+     coordinator.services.secagg.beacon; attempts above common.secagg.beacon.BEACON_ATTEMPTS
      are never opened: the round is abandoned instead)
     masking ──(every roster vector)──► unmask ──(every answer)──► done (model replaced)
     masking ──(admin advance: someone never sent its vector)──► restarted, attempt + 1 without it
@@ -18,7 +18,7 @@ The members' messages are binary frames (:mod:`common.secagg.wire`), stored as b
 Every message takes the lock of its round row, so transitions are exact with any number of
 workers. Only the admin's ``advance`` declares members lost: the coordinator never guesses
 from a clock. What ends each phase (roster, recovery request, reveal and merge) is
-:mod:`coordinator.services.secagg_phases`.
+:mod:`coordinator.services.secagg.phases`.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from common.errors import Conflict, NotFound
 from common.secagg import server
 from common.secagg.beacon import BEACON_ATTEMPTS
 from common.secagg.messages import RoundRefused, b64d, b64e
+from common.secagg.schemas import RoundStatus
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Member, Participant, Study
 from coordinator.keys import KeyStore
-from coordinator.services import secagg_phases as phases
-from coordinator.services import secagg_store as store
+from coordinator.services.secagg import phases, store
 
 log = logging.getLogger("fedod.secagg")
-OPEN = ("keys", "beacon", "masking", "unmask", "recover")
+OPEN = (RoundStatus.KEYS, RoundStatus.BEACON, RoundStatus.MASKING, RoundStatus.UNMASK,
+        RoundStatus.RECOVER)
 
 
 def current(session: Session, study_id: str, *, lock: bool = False) -> Round:
@@ -85,7 +86,7 @@ def open_round(session: Session, study: Study) -> Round:
         study_id=study.id,
         number=(last.number + 1) if last else 1,
         attempt=1,
-        status="keys",
+        status=RoundStatus.KEYS,
         expected=json.dumps(names),
     )
     session.add(rnd)
@@ -94,7 +95,7 @@ def open_round(session: Session, study: Study) -> Round:
     return rnd
 
 
-def _locked(session: Session, study: Study, number: int, phase: str) -> Round:
+def _locked(session: Session, study: Study, number: int, phase: RoundStatus) -> Round:
     rnd = current(session, study.id, lock=True)
     if rnd.number != number:
         raise RoundRefused(f"round {number} is not the current round ({rnd.number})")
@@ -106,11 +107,11 @@ def _locked(session: Session, study: Study, number: int, phase: str) -> Round:
     return rnd
 
 
-STEPS: dict[str, tuple[str, str]] = {
-    "keys": ("keys", "advert"),
-    "masked": ("masking", "masked"),
-    "unmask": ("unmask", "unmask"),
-    "shares": ("recover", "shares"),
+STEPS: dict[str, tuple[RoundStatus, str]] = {
+    "keys": (RoundStatus.KEYS, "advert"),
+    "masked": (RoundStatus.MASKING, "masked"),
+    "unmask": (RoundStatus.UNMASK, "unmask"),
+    "shares": (RoundStatus.RECOVER, "shares"),
 }
 """Route step -> (the phase it belongs to, the message kind stored)."""
 
@@ -182,7 +183,7 @@ def _move_on(session: Session, keys: KeyStore, study: Study, rnd: Round, kind: s
         return
     if kind == "masked":
         request = server.build_request(roster, len(roster.names), keys.private_key())
-        rnd.request, rnd.status = request.model_dump_json(), "unmask"
+        rnd.request, rnd.status = request.model_dump_json(), RoundStatus.UNMASK
     else:
         phases.reveal(session, keys, study, rnd)
 
@@ -199,24 +200,24 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
     """Admin: declare the members that have not acted in this phase lost, and move on."""
     _, params = phases.secure_params(study)
     rnd = _open_attempt(session, study, number)
-    if rnd.status == "keys":
+    if rnd.status == RoundStatus.KEYS:
         phases.publish(session, keys, study, rnd)
-    elif rnd.status == "beacon":
+    elif rnd.status == RoundStatus.BEACON:
         raise Conflict(f"round {number} attempt {rnd.attempt} of {study.id!r} waits for the "
                        "consortium's beacon signature ('fedod-consortium beacon'); nobody "
                        "can be declared lost before the roster is final (abort ends it)")
-    elif rnd.status == "masking":
+    elif rnd.status == RoundStatus.MASKING:
         masked = sorted(store.messages(session, rnd, "masked"))
         phases.finish(
             session,
             rnd,
-            "restarted",
+            RoundStatus.RESTARTED,
             f"{len(masked)} masked vectors; restarting without the members lost before masking",
         )
         if len(masked) < params.min_roster:
-            rnd.status = "abandoned"
+            rnd.status = RoundStatus.ABANDONED
         elif params.needs_beacon and rnd.attempt >= BEACON_ATTEMPTS:
-            rnd.status, rnd.detail = "abandoned", (
+            rnd.status, rnd.detail = RoundStatus.ABANDONED, (
                 f"attempt {rnd.attempt} lost members before masking, and the consortium "
                 f"beacon signs at most {BEACON_ATTEMPTS} attempts per round: open the next "
                 "round")
@@ -226,11 +227,11 @@ def advance(session: Session, keys: KeyStore, study: Study, number: int) -> Roun
                     study_id=study.id,
                     number=rnd.number,
                     attempt=rnd.attempt + 1,
-                    status="keys",
+                    status=RoundStatus.KEYS,
                     expected=json.dumps(masked),
                 )
             )
-    elif rnd.status == "unmask":
+    elif rnd.status == RoundStatus.UNMASK:
         phases.recover(session, keys, rnd, params)
     else:
         phases.reveal(session, keys, study, rnd)
@@ -243,7 +244,7 @@ def abort_round(session: Session, study: Study, number: int) -> Round:
     members that already sent a masked vector stay charged, as after any abandoned round)."""
     phases.secure_params(study)
     rnd = _open_attempt(session, study, number)
-    phases.finish(session, rnd, "abandoned", f"aborted by the administrator in phase "
+    phases.finish(session, rnd, RoundStatus.ABANDONED, f"aborted by the administrator in phase "
                                              f"{rnd.status!r}")
     session.commit()
     return rnd

@@ -26,8 +26,7 @@ from sqlalchemy.orm import Session
 from common.errors import Conflict
 from coordinator.db.secagg import Round
 from coordinator.db.tables import Member, Study
-from coordinator.services import secagg
-from coordinator.services import secagg_store as store
+from coordinator.services.secagg import rounds, store
 from coordinator.services.studies import study_config
 
 __all__ = ["WHEN_READY", "open_if_ready", "readiness"]
@@ -64,7 +63,7 @@ def open_if_ready(session: Session, study: Study) -> Round | None:
         return None
     session.commit()  # end the caller's read snapshot: the open below is a write transaction
     try:
-        rnd = secagg.open_round(session, study)
+        rnd = rounds.open_round(session, study)
     except (Conflict, IntegrityError):
         session.rollback()
         return None
