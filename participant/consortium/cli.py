@@ -152,25 +152,26 @@ def _certify(args: argparse.Namespace) -> dict[str, object]:
     params = spec.aggregation
     if params is None or params.mode != "secure":
         raise ValueError(f"{args.study}: the study does not use secure aggregation")
-    signed = certify(spec.study_id, params, _identities(args.identity, args.wait),
-                     load_private_key(args.key), version=args.version,
-                     expires_at=datetime.now(UTC) + timedelta(days=args.valid_days))
+    return _written(certify(spec.study_id, params, _identities(args.identity, args.wait),
+                            load_private_key(args.key), version=args.version,
+                            expires_at=datetime.now(UTC) + timedelta(days=args.valid_days)),
+                    args.out)
+
+
+def _written(signed: SignedMembership, out: str | None) -> dict[str, object]:
+    """The certificate as printed, also written to ``out`` when given."""
     doc = signed.model_dump()
-    if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
+    if out:
+        Path(out).write_text(json.dumps(doc, indent=2, default=str))
     return doc
 
 
 def _rotate(args: argparse.Namespace) -> dict[str, object]:
     [(member, identity)] = _identities([args.identity], 0.0).items()
     current = SignedMembership.model_validate_json(Path(args.membership).read_text())
-    signed = rotate_membership(current, load_private_key(args.key), member=member,
-                               identity_key=identity,
-                               expires_at=datetime.now(UTC) + timedelta(days=args.valid_days))
-    doc = signed.model_dump()
-    if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
-    return doc
+    return _written(rotate_membership(
+        current, load_private_key(args.key), member=member, identity_key=identity,
+        expires_at=datetime.now(UTC) + timedelta(days=args.valid_days)), args.out)
 
 
 def _sign(args: argparse.Namespace) -> dict[str, object]:
